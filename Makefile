@@ -1,0 +1,31 @@
+# kafka-audit: the two commands a new machine needs are `make demo` and `make test`.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+CLI := $(VENV)/bin/kafka-audit
+export SPARK_LOCAL_IP := 127.0.0.1
+
+.PHONY: bootstrap demo test test-unit lint bench clean
+
+bootstrap:  ## venv (cached, keyed by dependencies), Maven jars, Debian packages: idempotent
+	@bash scripts/bootstrap.sh
+
+demo: bootstrap  ## start the local Kafka, produce audited load, audit it, print per-window counts checked by the verifier
+	$(CLI) demo
+
+test: bootstrap  ## lint + every test tier (unit and integration against the real local broker)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest
+
+test-unit: bootstrap
+	$(VENV)/bin/pytest -m "not integration"
+
+lint: bootstrap
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check . || true
+
+bench: bootstrap  ## benchmarks (not tests): print tables with ratios against baselines
+	$(PY) bench/audit_consumer.py
+
+clean:
+	rm -rf var build .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Alert rules, their state machine, and sinks (alerts topic, Alertmanager, webhook)."""

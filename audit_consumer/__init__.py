@@ -1,0 +1,1 @@
+"""Audit consumer: counts what one cluster really holds, exactly once across crashes."""

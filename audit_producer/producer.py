@@ -1,0 +1,256 @@
+"""The audited producer: ``confluent_kafka.Producer`` with per-window counts sent to the audit topic.
+
+Every message gets the audit stamp header (producer instance id + sequence number, see
+:mod:`audit_record.stamp`) and, unless the caller gives one, a CreateTime timestamp, so the producer
+knows which event-time window it belongs to. Per (topic, window) it counts sent, acknowledged and
+failed messages and value bytes, and emits cumulative snapshots (tier ``producer``) to the audit topic
+every ``snapshot_interval_ms`` and a final one when the window closes (``grace_ms`` after its end, once
+all its messages have delivery reports). A crash loses at most one snapshot interval of counts.
+
+Snapshots go through a second, internal producer with ``acks=all`` and idempotence, so the audit
+trail does not inherit an unreliable data configuration (``acks=0``) under test.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from audit_producer.librdkafka_config import reliability_config
+from audit_producer.network_stats import parse_statistics
+from audit_producer.settings import ProducerAuditSettings
+from audit_record import PRODUCER_TIER, AuditRecord, NetworkStats, encode, now_ms
+from audit_record.stamp import STAMP_HEADER, encode_prefix, new_producer_id
+from kafka_audit.errors import ConfigError
+from kafka_audit.topics import AUDIT_TOPIC_CONFIG, connection_config, ensure_topic
+
+log = logging.getLogger(__name__)
+
+# Indices into the per-window count list (a list, not an object: this is the per-message hot path).
+_SENT, _ACKED, _FAILED, _BYTES, _FIRST_SEQ, _LAST_SEQ, _LAST_PRODUCE_MONO, _DIRTY = range(8)
+_SETTLE_MARGIN_MS = 2_000
+_CALLBACK_KEYS = ("on_delivery", "delivery.report.cb", "dr_cb", "dr_msg_cb")
+
+
+class AuditedProducer:
+    """A drop-in ``confluent_kafka.Producer`` that audits what it sends.
+
+    Same constructor config and methods as ``confluent_kafka.Producer`` (``produce``, ``poll``,
+    ``flush``, ``len()``, and the rest by delegation); call :meth:`close` (or use ``with``) at the end so
+    the last windows' final snapshots are sent. Like the wrapped producer, use it from one thread.
+
+    Args:
+        config: librdkafka producer config; copied, never mutated.
+        audit: How to audit; defaults come from ``KAFKA_AUDIT_PRODUCER_*`` environment variables.
+
+    Raises:
+        ConfigError: if ``delivery_reports="errors"`` is combined with a delivery callback in ``config``,
+            or a reliability setting has an invalid value (the message names the key).
+    """
+
+    def __init__(self, config: Mapping[str, Any], audit: ProducerAuditSettings | None = None) -> None:
+        self.settings = audit or ProducerAuditSettings()
+        cfg = dict(config)
+        self.client_id = str(cfg.get("client.id", "rdkafka"))
+        self.producer_id = new_producer_id(self.client_id)
+        self.reliability = reliability_config(cfg, self.settings.poll_interval_ms)
+        self._user_stats_cb: Callable[[str], None] | None = cfg.pop("stats_cb", None)
+        user_dr = next((cfg.pop(k) for k in _CALLBACK_KEYS if k in cfg), None)
+        self._user_dr: Callable[[KafkaError | None, Message], None] | None = user_dr
+        mode = self.settings.delivery_reports
+        if mode == "errors" and user_dr is not None:
+            raise ConfigError(
+                "delivery_reports='errors' cannot be combined with a delivery callback in the config "
+                "(allowed: delivery_reports='all' when you pass on_delivery)"
+            )
+        if mode == "errors":
+            cfg["delivery.report.only.error"] = True
+        cfg["on_delivery"] = self._on_delivery
+        cfg["stats_cb"] = self._on_stats
+        cfg.setdefault("statistics.interval.ms", 5_000)
+        self._producer = Producer(cfg)
+
+        conn = connection_config(cfg)
+        self._audit_producer = Producer({
+            **conn, "client.id": f"{self.client_id}.audit", "acks": "all", "enable.idempotence": True,
+            "linger.ms": 20, "message.timeout.ms": 120_000,
+        })
+        ensure_topic(conn, self.settings.audit_topic, partitions=3, topic_config=AUDIT_TOPIC_CONFIG)
+
+        self._prefix = encode_prefix(self.producer_id)
+        self._seq = 0
+        self._window_ms = self.settings.window_ms
+        self._windows: dict[tuple[str, int], list[int]] = {}
+        self._network = NetworkStats()
+        self._errors_only = mode == "errors"
+        self._next_tick_ms = 0
+        self._closed = False
+        self.snapshots_sent = 0
+        self.audit_delivery_failures = 0
+
+    # ------------------------------------------------------------------ the caller's API
+    def produce(
+        self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
+        on_delivery: Callable[..., None] | None = None, timestamp: int = 0,
+        headers: Any = None, **kwargs: Any,
+    ) -> None:
+        """Produce one message, stamped and counted; same arguments as ``confluent_kafka.Producer.produce``.
+
+        ``timestamp`` is CreateTime in ms since the Unix epoch UTC (0 = now). The stamp header goes first,
+        before the caller's ``headers`` (list of tuples or dict).
+
+        Raises:
+            BufferError: if the local queue is full (nothing is counted; poll and retry, as usual).
+            ConfigError: if a per-call ``on_delivery`` is given in ``delivery_reports="errors"`` mode.
+            KafkaException: as ``confluent_kafka.Producer.produce``.
+        """
+        callback = on_delivery or kwargs.pop("callback", None)
+        if callback is not None and self._errors_only:
+            raise ConfigError("per-call on_delivery needs delivery_reports='all' (allowed: 'all', 'errors')")
+        now = time.time_ns() // 1_000_000
+        ts = timestamp or now
+        seq = self._seq + 1
+        stamp = (STAMP_HEADER, self._prefix + seq.to_bytes(8, "big"))
+        if headers is None:
+            hdrs: list[tuple[str, Any]] = [stamp]
+        elif isinstance(headers, dict):
+            hdrs = [stamp, *headers.items()]
+        else:
+            hdrs = [stamp, *headers]
+        if callback is None:
+            self._producer.produce(topic, value, key, partition, timestamp=ts, headers=hdrs, **kwargs)
+        else:
+            self._producer.produce(
+                topic, value, key, partition, on_delivery=self._wrap(callback), timestamp=ts, headers=hdrs,
+                **kwargs,
+            )
+        self._seq = seq
+        w = self._windows.get((topic, ts - ts % self._window_ms))
+        if w is None:
+            w = self._windows[(topic, ts - ts % self._window_ms)] = [0, 0, 0, 0, seq, seq, 0, 1]
+        w[_SENT] += 1
+        w[_BYTES] += len(value) if value is not None else 0
+        w[_LAST_SEQ] = seq
+        w[_LAST_PRODUCE_MONO] = now
+        w[_DIRTY] = 1
+        if now >= self._next_tick_ms:
+            self._tick(now)
+
+    def poll(self, timeout: float = 0) -> int:
+        """Serve delivery reports and statistics (``confluent_kafka.Producer.poll``); may emit snapshots."""
+        served = self._producer.poll(timeout)
+        now = now_ms()
+        if now >= self._next_tick_ms:
+            self._tick(now)
+        return served
+
+    def flush(self, timeout: float = -1) -> int:
+        """Wait for every queued message (``confluent_kafka.Producer.flush``), then emit due snapshots.
+
+        Returns:
+            Messages still queued (0 unless the timeout passed).
+        """
+        left = self._producer.flush(timeout) if timeout >= 0 else self._producer.flush()
+        self._tick(now_ms())
+        return left
+
+    def __len__(self) -> int:
+        return len(self._producer)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+    def __enter__(self) -> AuditedProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Flush data, then send final snapshots of every window and flush the audit producer.
+
+        Windows still open are closed as final: this producer sends nothing more. Idempotent.
+        """
+        if self._closed:
+            return
+        self._producer.flush(timeout_s)
+        self._producer.poll(0)
+        self._tick(now_ms(), close_all=True)
+        self._audit_producer.flush(timeout_s)
+        self._closed = True
+
+    # ------------------------------------------------------------------ delivery reports and stats
+    def _count_report(self, err: KafkaError | None, msg: Message) -> None:
+        ts = msg.timestamp()[1]
+        w = self._windows.get((msg.topic(), ts - ts % self._window_ms))
+        if w is not None:  # None only for a window force-closed by close() after its timeout
+            w[_FAILED if err is not None else _ACKED] += 1
+            w[_DIRTY] = 1
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        self._count_report(err, msg)
+        if self._user_dr is not None:
+            self._user_dr(err, msg)
+
+    def _wrap(self, callback: Callable[..., None]) -> Callable[[KafkaError | None, Message], None]:
+        def report(err: KafkaError | None, msg: Message) -> None:
+            self._count_report(err, msg)
+            callback(err, msg)
+        return report
+
+    def _on_stats(self, stats_json: str) -> None:
+        self._network = parse_statistics(stats_json)
+        if self._user_stats_cb is not None:
+            self._user_stats_cb(stats_json)
+
+    # ------------------------------------------------------------------ snapshots
+    def _settled(self, w: list[int], now: int, queue_empty: bool) -> bool:
+        if not self._errors_only:
+            return w[_ACKED] + w[_FAILED] >= w[_SENT]
+        return queue_empty or now - w[_LAST_PRODUCE_MONO] > self.reliability.message_timeout_ms + _SETTLE_MARGIN_MS
+
+    def _tick(self, now: int, close_all: bool = False) -> None:
+        """Emit snapshots of changed windows; close windows past end + grace whose messages are settled."""
+        self._next_tick_ms = now + self.settings.snapshot_interval_ms
+        self._producer.poll(0)
+        queue_empty = len(self._producer) == 0
+        for (topic, start), w in list(self._windows.items()):
+            end = start + self._window_ms
+            settled = self._settled(w, now, queue_empty)
+            closing = close_all or (now >= end + self.settings.grace_ms and settled)
+            if not (w[_DIRTY] or closing):
+                continue
+            if self._errors_only:
+                in_flight = 0 if settled else len(self._producer)
+                w[_ACKED] = max(0, w[_SENT] - w[_FAILED] - in_flight)
+            self._emit(topic, start, end, w, final=closing)
+            w[_DIRTY] = 0
+            if closing:
+                del self._windows[(topic, start)]
+        self._audit_producer.poll(0)
+
+    def _emit(self, topic: str, start: int, end: int, w: list[int], final: bool) -> None:
+        record = AuditRecord(
+            tier=PRODUCER_TIER, source=self.client_id, producer_id=self.producer_id, topic=topic,
+            window_start_ms=start, window_end_ms=end, final=final,
+            sent=w[_SENT], acknowledged=min(w[_ACKED], w[_SENT] - w[_FAILED]), failed=w[_FAILED], bytes=w[_BYTES],
+            first_sequence=w[_FIRST_SEQ], last_sequence=w[_LAST_SEQ],
+            producer_config=self.reliability, network=self._network,
+        )
+        self._audit_producer.produce(
+            self.settings.audit_topic, encode(record), record.key().encode(),
+            timestamp=record.emitted_at_ms, on_delivery=self._on_audit_delivery,
+        )
+        self.snapshots_sent += 1
+
+    def _on_audit_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self.audit_delivery_failures += 1
+            log.warning("audit snapshot for %s not delivered: %s (the next snapshot heals it)", msg.key(), err)
+
+
+__all__ = ["AuditedProducer"]

@@ -1,0 +1,181 @@
+"""The audit record: one cumulative snapshot of one (tier, source, producer, topic, partition, window).
+
+The Avro schema is ``audit_record.avsc`` beside this module; this dataclass mirrors it field by field.
+Snapshots are cumulative (DESIGN.md, invariant 2): the newest one per :meth:`AuditRecord.key` is the
+truth, so re-sending one is harmless and a lost one is healed by the next.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka_audit.errors import KafkaAuditError
+
+PRODUCER_TIER = "producer"
+CLUSTER_TIER_PREFIX = "cluster:"
+
+_COUNT_FIELDS = (
+    "sent", "acknowledged", "failed", "received", "unique", "duplicated", "late", "stale", "unaudited", "bytes",
+)
+
+
+class MalformedRecordError(KafkaAuditError):
+    """An audit record that cannot be decoded or is inconsistent; ``reason`` is a short machine label."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def cluster_tier(cluster: str) -> str:
+    """Return the tier name of the audit consumer of ``cluster``: ``cluster:<name>``."""
+    return f"{CLUSTER_TIER_PREFIX}{cluster}"
+
+
+def now_ms() -> int:
+    """Wall-clock time, ms since the Unix epoch UTC."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True, kw_only=True)
+class ProducerConfig:
+    """librdkafka settings that drive reliability (paper Sec. III-C, Eq. 1's configuration inputs).
+
+    Attributes:
+        acks: librdkafka ``acks`` as configured (``"0"``, ``"1"``, ``"all"``/``"-1"``).
+        enable_idempotence: ``enable.idempotence``.
+        batch_num_messages: ``batch.num.messages`` B (messages).
+        linger_ms: ``linger.ms`` (alias ``queue.buffering.max.ms``), ms.
+        message_timeout_ms: ``message.timeout.ms`` T_o, ms.
+        message_send_max_retries: ``message.send.max.retries`` (alias ``retries``).
+        retry_backoff_ms: ``retry.backoff.ms``, ms.
+        poll_interval_ms: The application's polling interval delta between source reads, ms; None if unknown.
+    """
+
+    acks: str
+    enable_idempotence: bool
+    batch_num_messages: int
+    linger_ms: float
+    message_timeout_ms: int
+    message_send_max_retries: int
+    retry_backoff_ms: int
+    poll_interval_ms: float | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class NetworkStats:
+    """What a producer knows of its network, from librdkafka statistics (``STATISTICS.md``).
+
+    Attributes:
+        rtt_avg_ms: Mean of the brokers' ``rtt.avg`` (ms); None before the first statistics callback.
+        rtt_p99_ms: Max over brokers of ``rtt.p99`` (ms).
+        tx_retries: Sum over brokers of ``txretries`` (cumulative).
+        request_timeouts: Sum over brokers of ``req_timeouts`` (cumulative).
+        tx_errors: Sum over brokers of ``txerrs`` (cumulative).
+    """
+
+    rtt_avg_ms: float | None = None
+    rtt_p99_ms: float | None = None
+    tx_retries: int = 0
+    request_timeouts: int = 0
+    tx_errors: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class AuditRecord:
+    """One audit snapshot; see ``audit_record.avsc`` for every field's meaning and unit."""
+
+    tier: str
+    source: str
+    topic: str
+    window_start_ms: int
+    window_end_ms: int
+    producer_id: str | None = None
+    partition: int = -1
+    record_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    host: str = field(default_factory=socket.gethostname)
+    emitted_at_ms: int = field(default_factory=now_ms)
+    final: bool = False
+    sent: int = 0
+    acknowledged: int = 0
+    failed: int = 0
+    first_sequence: int | None = None
+    last_sequence: int | None = None
+    received: int = 0
+    unique: int = 0
+    duplicated: int = 0
+    late: int = 0
+    stale: int = 0
+    unaudited: int = 0
+    bytes: int = 0
+    latency_p50_ms: float | None = None
+    latency_p99_ms: float | None = None
+    latency_max_ms: float | None = None
+    producer_config: ProducerConfig | None = None
+    network: NetworkStats | None = None
+
+    @property
+    def is_producer(self) -> bool:
+        """True for the producer tier."""
+        return self.tier == PRODUCER_TIER
+
+    def key(self) -> str:
+        """Snapshot identity ``tier|source|producer_id|topic|partition|window_start_ms``.
+
+        Also the Kafka message key, so all snapshots of one key land in one partition in order.
+        """
+        return "|".join(
+            (self.tier, self.source, self.producer_id or "", self.topic, str(self.partition),
+             str(self.window_start_ms))
+        )
+
+    def validate(self) -> AuditRecord:
+        """Check the record is consistent and return it.
+
+        Raises:
+            MalformedRecordError: ``reason`` is one of ``bad_tier``, ``bad_window``, ``negative_count``,
+                ``inconsistent_counts``.
+        """
+        if self.tier != PRODUCER_TIER and not (
+            self.tier.startswith(CLUSTER_TIER_PREFIX) and len(self.tier) > len(CLUSTER_TIER_PREFIX)
+        ):
+            raise MalformedRecordError("bad_tier", f"tier {self.tier!r} is neither 'producer' nor 'cluster:<name>'")
+        if not self.topic or not self.source:
+            raise MalformedRecordError("bad_tier", "empty topic or source")
+        if self.window_end_ms <= self.window_start_ms or self.window_start_ms < 0:
+            raise MalformedRecordError(
+                "bad_window", f"window [{self.window_start_ms}, {self.window_end_ms}) is empty or negative"
+            )
+        for name in _COUNT_FIELDS:
+            if getattr(self, name) < 0:
+                raise MalformedRecordError("negative_count", f"{name}={getattr(self, name)}")
+        if self.acknowledged + self.failed > self.sent:
+            raise MalformedRecordError(
+                "inconsistent_counts", f"acknowledged+failed={self.acknowledged + self.failed} > sent={self.sent}"
+            )
+        if self.unique > self.received or self.duplicated > self.received:
+            raise MalformedRecordError(
+                "inconsistent_counts",
+                f"unique={self.unique}, duplicated={self.duplicated} exceed received={self.received}",
+            )
+        return self
+
+    def to_avro(self) -> dict[str, Any]:
+        """Return the record as the dict fastavro writes (nested records as dicts)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_avro(cls, data: dict[str, Any]) -> AuditRecord:
+        """Build a record from the dict fastavro reads (logical types already turned into ints)."""
+        values = dict(data)
+        if values.get("producer_config") is not None:
+            values["producer_config"] = ProducerConfig(**values["producer_config"])
+        if values.get("network") is not None:
+            values["network"] = NetworkStats(**values["network"])
+        return cls(**values)

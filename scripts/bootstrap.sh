@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Idempotent setup for kafka-audit: Debian packages, the Python virtualenv, the JVM jars.
+# Everything heavy is cached outside the clone under $KAFKA_AUDIT_CACHE (default ~/.cache/kafka-audit),
+# keyed by the dependency list (pyproject.toml) and by jvm/pom.xml, so a rerun or a fresh clone is fast.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CACHE="${KAFKA_AUDIT_CACHE:-$HOME/.cache/kafka-audit}"
+mkdir -p "$CACHE"
+log() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*" >&2; }
+
+# 1. Debian packages (Java for Kafka and Spark, Maven for the jars, iproute2/iptables for the testbed).
+APT_PACKAGES=(openjdk-17-jre-headless maven iproute2 iptables)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if ((${#missing[@]})); then
+  if [ "$(id -u)" -ne 0 ]; then log "missing Debian packages: ${missing[*]} (run as root or install them)"; exit 1; fi
+  log "installing Debian packages: ${missing[*]}"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# 2. Python virtualenv, keyed by the dependency list.
+PY="${PYTHON:-python3.11}"
+deps_key=$("$PY" - <<'PYEOF'
+import hashlib, tomllib
+p = tomllib.load(open("pyproject.toml", "rb"))["project"]
+text = "\n".join(sorted(p["dependencies"]) + sorted(p["optional-dependencies"]["dev"]) + [p["requires-python"]])
+print(hashlib.sha256(text.encode()).hexdigest()[:16])
+PYEOF
+)
+VENV="$CACHE/venv-$deps_key"
+if [ ! -f "$VENV/.complete" ]; then
+  log "creating virtualenv $VENV (first run downloads torch and pyspark: several minutes)"
+  rm -rf "$VENV"
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip setuptools wheel
+  "$VENV/bin/python" - <<'PYEOF' > "$VENV/requirements.txt"
+import tomllib
+p = tomllib.load(open("pyproject.toml", "rb"))["project"]
+print("\n".join(p["dependencies"] + p["optional-dependencies"]["dev"]))
+PYEOF
+  "$VENV/bin/pip" install -q -r "$VENV/requirements.txt"
+  touch "$VENV/.complete"
+fi
+ln -sfn "$VENV" .venv
+# The project itself: an editable install pointing at this clone (no dependency resolution, ~2 s).
+.venv/bin/pip install -q --no-deps --no-build-isolation --config-settings editable_mode=compat -e . >/dev/null
+
+# 3. JVM jars from Maven Central, keyed by the pom.
+pom_key=$(sha256sum jvm/pom.xml | cut -c1-16)
+for profile in kafka spark; do
+  dir="$CACHE/jars-$profile-$pom_key"
+  if [ ! -f "$dir/.complete" ]; then
+    log "fetching $profile jars into $dir"
+    rm -rf "$dir"; mkdir -p "$dir"
+    mvn -q -B -s jvm/settings.xml -f jvm/pom.xml -P "$profile" dependency:copy-dependencies \
+      -DoutputDirectory="$dir" -DexcludeScope=provided -DincludeScope=runtime
+    touch "$dir/.complete"
+  fi
+  ln -sfn "$dir" "$CACHE/jars-$profile"
+done
+log "ready: venv $VENV, jars in $CACHE/jars-kafka and $CACHE/jars-spark"

@@ -1,0 +1,1 @@
+"""Local Kafka cluster (KRaft), network fault injection, scenarios, experiments and the verifier."""

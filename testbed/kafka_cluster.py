@@ -1,0 +1,328 @@
+"""A local Apache Kafka cluster in KRaft mode, run from the Maven jars (``kafka.Kafka``).
+
+Each node is a combined broker + controller on 127.0.0.1 with its own data directory under
+``data_dir/node-N``; the static quorum is ``controller.quorum.voters``. Storage is formatted by the
+Kafka storage tool (``kafka.tools.StorageTool format``). Replication settings follow the broker count:
+1 broker -> replication factor 1, ``min.insync.replicas`` 1; 3 brokers -> 3 and 2.
+
+State (ports, PIDs) is kept in ``data_dir/cluster.json`` so ``status`` and ``stop`` work from another
+process. Processes are stopped by PID: SIGTERM (controlled shutdown), then SIGKILL after a timeout.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from kafka_audit.errors import KafkaAuditError
+from kafka_audit.jvm import classpath, java_executable
+
+HOST = "127.0.0.1"
+
+
+class ClusterError(KafkaAuditError):
+    """The local cluster could not be started, reached or stopped; the message says why."""
+
+
+class PortInUseError(ClusterError):
+    """A port the cluster needs is taken; choose other ports with ``--base-port``."""
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that is free right now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours still answers kill(0); treat it as dead.
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@dataclass
+class Node:
+    """One combined broker + controller.
+
+    Attributes:
+        node_id: KRaft ``node.id`` (1-based).
+        broker_port: PLAINTEXT listener port on 127.0.0.1.
+        controller_port: CONTROLLER listener port on 127.0.0.1.
+        pid: Process id of the JVM, or None when not started.
+    """
+
+    node_id: int
+    broker_port: int
+    controller_port: int
+    pid: int | None = None
+
+
+@dataclass
+class KafkaCluster:
+    """A local KRaft cluster of 1 or 3 nodes.
+
+    Attributes:
+        data_dir: Root of the cluster's data (logs, configs, ``cluster.json``).
+        nodes: The nodes with their ports and PIDs.
+        cluster_id: KRaft cluster id (22-char base64url UUID, as ``kafka-storage random-uuid`` prints).
+        heap_mb: JVM heap per node, MiB.
+    """
+
+    data_dir: Path
+    nodes: list[Node] = field(default_factory=list)
+    cluster_id: str = ""
+    heap_mb: int = 768
+
+    # ---------------------------------------------------------------- construction and state
+    @classmethod
+    def create(cls, data_dir: Path, brokers: int = 1, base_port: int | None = None, heap_mb: int = 768) -> KafkaCluster:
+        """Plan a new cluster (nothing is started).
+
+        Args:
+            data_dir: Where data, configs and state go; created if missing.
+            brokers: 1 or 3.
+            base_port: First port; node i uses ``base_port + 2i`` (broker) and ``+ 2i + 1`` (controller).
+                None picks free ports.
+            heap_mb: JVM heap per node (MiB).
+
+        Raises:
+            ClusterError: if ``brokers`` is not 1 or 3.
+        """
+        if brokers not in (1, 3):
+            raise ClusterError(f"brokers must be 1 or 3, got {brokers}")
+        nodes = []
+        for i in range(brokers):
+            if base_port is None:
+                nodes.append(Node(i + 1, free_port(), free_port()))
+            else:
+                nodes.append(Node(i + 1, base_port + 2 * i, base_port + 2 * i + 1))
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        return cls(data_dir=Path(data_dir), nodes=nodes, cluster_id=cid, heap_mb=heap_mb)
+
+    @classmethod
+    def load(cls, data_dir: Path) -> KafkaCluster | None:
+        """Return the cluster recorded in ``data_dir/cluster.json``, or None if there is none."""
+        state = Path(data_dir) / "cluster.json"
+        if not state.exists():
+            return None
+        data = json.loads(state.read_text())
+        return cls(
+            data_dir=Path(data_dir),
+            nodes=[Node(**n) for n in data["nodes"]],
+            cluster_id=data["cluster_id"],
+            heap_mb=data.get("heap_mb", 768),
+        )
+
+    def _save(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        data = {"cluster_id": self.cluster_id, "heap_mb": self.heap_mb, "nodes": [asdict(n) for n in self.nodes]}
+        (self.data_dir / "cluster.json").write_text(json.dumps(data, indent=2))
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port,...`` of every broker listener."""
+        return ",".join(f"{HOST}:{n.broker_port}" for n in self.nodes)
+
+    @property
+    def replication_factor(self) -> int:
+        """Replication factor for new topics: 1 on one broker, 3 on three."""
+        return len(self.nodes)
+
+    @property
+    def min_insync_replicas(self) -> int:
+        """``min.insync.replicas``: 1 on one broker, 2 on three."""
+        return 1 if len(self.nodes) == 1 else 2
+
+    def running_nodes(self) -> list[Node]:
+        """Nodes whose JVM is alive."""
+        return [n for n in self.nodes if n.pid is not None and _pid_alive(n.pid)]
+
+    # ---------------------------------------------------------------- configuration
+    def _node_dir(self, node: Node) -> Path:
+        return self.data_dir / f"node-{node.node_id}"
+
+    def _properties(self, node: Node) -> str:
+        voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in self.nodes)
+        rf = self.replication_factor
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": node.node_id,
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://{HOST}:{node.broker_port},CONTROLLER://{HOST}:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{HOST}:{node.broker_port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self._node_dir(node) / "data"),
+            "num.partitions": 3,
+            "default.replication.factor": rf,
+            "min.insync.replicas": self.min_insync_replicas,
+            "offsets.topic.replication.factor": rf,
+            "offsets.topic.num.partitions": 10,
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": self.min_insync_replicas,
+            "transaction.state.log.num.partitions": 10,
+            "group.initial.rebalance.delay.ms": 0,
+            "auto.create.topics.enable": "true",
+            "log.retention.hours": 24,
+            "log.segment.bytes": 256 * 1024 * 1024,
+            "num.network.threads": 2,
+            "num.io.threads": 4,
+        }
+        return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def _java(self, main: str, *args: str, heap_mb: int = 256) -> list[str]:
+        log4j = resources.files("testbed").joinpath("log4j2.properties")
+        return [
+            java_executable(), f"-Xmx{heap_mb}m", f"-Xms{min(heap_mb, 256)}m", "-XX:+UseG1GC",
+            "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log4j}",
+            "-cp", classpath("kafka"), main, *args,
+        ]
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self, timeout_s: float = 90.0) -> None:
+        """Format storage where needed, start every node, and wait until all brokers serve metadata.
+
+        Raises:
+            JavaNotFoundError: if Java is missing.
+            PortInUseError: if a port is taken by another process.
+            ClusterError: if a node exits or the cluster is not ready within ``timeout_s``.
+        """
+        java_executable()
+        if self.running_nodes():
+            raise ClusterError(f"cluster in {self.data_dir} is already running ({self.bootstrap_servers})")
+        for node in self.nodes:
+            for port in (node.broker_port, node.controller_port):
+                if not _port_is_free(port):
+                    raise PortInUseError(f"port {HOST}:{port} is already in use (node {node.node_id})")
+        self._save()
+        for node in self.nodes:
+            ndir = self._node_dir(node)
+            ndir.mkdir(parents=True, exist_ok=True)
+            props = ndir / "server.properties"
+            props.write_text(self._properties(node))
+            if not (ndir / "data" / "meta.properties").exists():
+                fmt = subprocess.run(
+                    self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(props)),
+                    capture_output=True, text=True, check=False,
+                )
+                if fmt.returncode != 0:
+                    raise ClusterError(f"kafka storage format failed for node {node.node_id}: {fmt.stderr or fmt.stdout}")
+        for node in self.nodes:
+            ndir = self._node_dir(node)
+            with open(ndir / "server.log", "ab") as log:
+                proc = subprocess.Popen(
+                    self._java("kafka.Kafka", str(ndir / "server.properties"), heap_mb=self.heap_mb),
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                )
+            node.pid = proc.pid
+        self._save()
+        try:
+            self.wait_ready(timeout_s)
+        except ClusterError:
+            self.stop()
+            raise
+
+    def wait_ready(self, timeout_s: float = 90.0) -> None:
+        """Poll until every broker is registered and answers metadata requests.
+
+        Raises:
+            ClusterError: if a node exits (its log tail is in the message) or the deadline passes.
+        """
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        deadline = time.monotonic() + timeout_s
+        last_error = ""
+        while time.monotonic() < deadline:
+            for node in self.nodes:
+                if node.pid is None or not _pid_alive(node.pid):
+                    tail = (self._node_dir(node) / "server.log").read_text(errors="replace")[-3000:]
+                    raise ClusterError(f"kafka node {node.node_id} exited during start-up; log tail:\n{tail}")
+            try:
+                md = admin.list_topics(timeout=2)
+                if len(md.brokers) == len(self.nodes):
+                    return
+                last_error = f"{len(md.brokers)}/{len(self.nodes)} brokers registered"
+            except Exception as exc:  # KafkaException while the brokers come up
+                last_error = str(exc)
+            time.sleep(0.5)
+        raise ClusterError(f"cluster not ready after {timeout_s:.0f} s: {last_error}")
+
+    def stop_node(self, node: Node, timeout_s: float = 30.0, kill: bool = False) -> None:
+        """Stop one node by PID: SIGTERM (or SIGKILL with ``kill``), then SIGKILL after ``timeout_s``."""
+        if node.pid is None:
+            return
+        pid = node.pid
+        if _pid_alive(pid):
+            os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            while _pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        try:  # reap it if it is our child
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        node.pid = None
+        self._save()
+
+    def start_node(self, node: Node, timeout_s: float = 60.0) -> None:
+        """Restart one stopped node and wait until the cluster is whole again."""
+        ndir = self._node_dir(node)
+        with open(ndir / "server.log", "ab") as log:
+            proc = subprocess.Popen(
+                self._java("kafka.Kafka", str(ndir / "server.properties"), heap_mb=self.heap_mb),
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        node.pid = proc.pid
+        self._save()
+        self.wait_ready(timeout_s)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop every node (controlled shutdown), by PID."""
+        for node in self.nodes:
+            if node.pid is not None and _pid_alive(node.pid):
+                os.kill(node.pid, signal.SIGTERM)
+        for node in self.nodes:
+            self.stop_node(node, timeout_s)
+
+    def status(self) -> list[dict[str, object]]:
+        """One dict per node: id, ports, pid, running."""
+        return [
+            {
+                "node": n.node_id, "broker": f"{HOST}:{n.broker_port}", "controller": f"{HOST}:{n.controller_port}",
+                "pid": n.pid, "running": n.pid is not None and _pid_alive(n.pid),
+            }
+            for n in self.nodes
+        ]
