@@ -181,6 +181,8 @@ class AuditedProducer:
         self._producer.poll(0)
         self._tick(now_ms(), close_all=True)
         self._audit_producer.flush(timeout_s)
+        self._audit_producer.close()
+        self._producer.close()
         self._closed = True
 
     # ------------------------------------------------------------------ delivery reports and stats

@@ -11,12 +11,14 @@ import dataclasses
 import socket
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from dataclasses import dataclass, field
 from typing import Any
 
 from kafka_audit.errors import KafkaAuditError
 
 PRODUCER_TIER = "producer"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 CLUSTER_TIER_PREFIX = "cluster:"
 
 _COUNT_FIELDS = (
@@ -174,6 +176,10 @@ class AuditRecord:
     def from_avro(cls, data: dict[str, Any]) -> AuditRecord:
         """Build a record from the dict fastavro reads (logical types already turned into ints)."""
         values = dict(data)
+        for name in ("window_start_ms", "window_end_ms", "emitted_at_ms"):
+            ts = values[name]
+            if isinstance(ts, datetime):  # fastavro turns timestamp-millis into an aware datetime
+                values[name] = (ts - _EPOCH) // timedelta(milliseconds=1)
         if values.get("producer_config") is not None:
             values["producer_config"] = ProducerConfig(**values["producer_config"])
         if values.get("network") is not None:

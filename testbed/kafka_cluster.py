@@ -101,6 +101,7 @@ class KafkaCluster:
     nodes: list[Node] = field(default_factory=list)
     cluster_id: str = ""
     heap_mb: int = 768
+    _procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False, compare=False)
 
     # ---------------------------------------------------------------- construction and state
     @classmethod
@@ -238,19 +239,23 @@ class KafkaCluster:
                 if fmt.returncode != 0:
                     raise ClusterError(f"kafka storage format failed for node {node.node_id}: {fmt.stderr or fmt.stdout}")
         for node in self.nodes:
-            ndir = self._node_dir(node)
-            with open(ndir / "server.log", "ab") as log:
-                proc = subprocess.Popen(
-                    self._java("kafka.Kafka", str(ndir / "server.properties"), heap_mb=self.heap_mb),
-                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                )
-            node.pid = proc.pid
+            self._launch(node)
         self._save()
         try:
             self.wait_ready(timeout_s)
         except ClusterError:
             self.stop()
             raise
+
+    def _launch(self, node: Node) -> None:
+        ndir = self._node_dir(node)
+        with open(ndir / "server.log", "ab") as log:
+            proc = subprocess.Popen(
+                self._java("kafka.Kafka", str(ndir / "server.properties"), heap_mb=self.heap_mb),
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        node.pid = proc.pid
+        self._procs[proc.pid] = proc
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
         """Poll until every broker is registered and answers metadata requests.
@@ -290,22 +295,15 @@ class KafkaCluster:
                 time.sleep(0.1)
             if _pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
-        try:  # reap it if it is our child
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
+        proc = self._procs.pop(pid, None)
+        if proc is not None:  # our child: reap it
+            proc.wait(timeout_s)
         node.pid = None
         self._save()
 
     def start_node(self, node: Node, timeout_s: float = 60.0) -> None:
         """Restart one stopped node and wait until the cluster is whole again."""
-        ndir = self._node_dir(node)
-        with open(ndir / "server.log", "ab") as log:
-            proc = subprocess.Popen(
-                self._java("kafka.Kafka", str(ndir / "server.properties"), heap_mb=self.heap_mb),
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            )
-        node.pid = proc.pid
+        self._launch(node)
         self._save()
         self.wait_ready(timeout_s)
 

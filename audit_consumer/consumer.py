@@ -1,0 +1,395 @@
+"""The audit consumer: reads every message of the monitored topics and counts what the cluster holds.
+
+Exactly once across crashes (DESIGN.md, invariant 4): the emitted snapshots, the dead letters, the
+per-partition state (sequence sets and counters, in a compacted state topic) and the input offsets are
+committed in one Kafka transaction (``send_offsets_to_transaction``, KIP-447 group fencing). On start
+(and on every partition assignment) the state is read back with ``isolation.level=read_committed``, so
+``kill -9`` at any moment and a restart yield the same final counts as an undisturbed run. Several
+instances in one consumer group split the partitions; snapshots are keyed by the group, not the
+instance, so counts follow a partition when it moves.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from audit_consumer import counts
+from audit_consumer.counts import PartitionCounts, fold_latencies, unique_of
+from audit_consumer.latency import percentile
+from audit_consumer.settings import AuditConsumerSettings
+from audit_consumer.state import decode_state, encode_state, state_key
+from audit_record import AuditRecord, DeadLetter, cluster_tier, encode, now_ms
+from audit_record.stamp import STAMP_HEADER, MalformedStampError, producer_id_text
+from kafka_audit.errors import KafkaAuditError
+from kafka_audit.topics import AUDIT_TOPIC_CONFIG, STATE_TOPIC_CONFIG, ensure_topic
+
+log = logging.getLogger(__name__)
+COMPONENT = "audit-consumer"
+
+
+class AuditConsumerError(KafkaAuditError):
+    """The audit consumer cannot go on (fenced by a newer instance, or a fatal Kafka error)."""
+
+
+@dataclass
+class ConsumerStats:
+    """Running totals of one instance (since it started), for progress output and tests."""
+
+    messages: int = 0
+    dead_letters: int = 0
+    transactions: int = 0
+    snapshots: int = 0
+    aborted: int = 0
+
+
+def _stamp_of(headers: list[tuple[str, bytes]] | None) -> bytes | None:
+    if not headers:
+        return None
+    for k, v in headers:
+        if k == STAMP_HEADER:
+            return v if v is not None else b""
+    return None
+
+
+class AuditConsumer:
+    """One audit consumer instance for one cluster (tier ``cluster:<name>``).
+
+    Args:
+        settings: What to count and where to write; see :class:`AuditConsumerSettings`.
+
+    Raises:
+        AuditConsumerError: from :meth:`run` when fenced or on a fatal Kafka error.
+    """
+
+    def __init__(self, settings: AuditConsumerSettings) -> None:
+        self.s = settings
+        self.tier = cluster_tier(settings.cluster)
+        self.stats = ConsumerStats()
+        base = {"bootstrap.servers": settings.bootstrap_servers, **settings.extra_config}
+        self._base = base
+        self._consumer = Consumer({
+            **base, "group.id": settings.group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed", "enable.partition.eof": True,
+            "client.id": f"{settings.transactional_id}.consumer", "partition.assignment.strategy": "range",
+            # Static membership: a restarted instance takes its partitions back at once, no rebalance wait.
+            "group.instance.id": settings.transactional_id, "session.timeout.ms": 15_000,
+        })
+        self._producer = Producer({
+            **base, "transactional.id": settings.transactional_id, "client.id": f"{settings.transactional_id}",
+            "transaction.timeout.ms": 30_000, "linger.ms": 20, "enable.idempotence": True, "acks": "all",
+        })
+        self._parts: dict[tuple[str, int], PartitionCounts] = {}
+        self._at_end: set[tuple[str, int]] = set()
+        self._in_txn = False
+        self._valid_pids: dict[bytes, bool] = {}
+        self._next_commit = 0.0
+
+    # ------------------------------------------------------------------ lifecycle
+    def ensure_topics(self) -> None:
+        """Create the audit, state and dead-letter topics if missing."""
+        ensure_topic(self._base, self.s.audit_topic, 3, topic_config=AUDIT_TOPIC_CONFIG)
+        ensure_topic(self._base, self.s.state_topic, 3, topic_config=STATE_TOPIC_CONFIG)
+        ensure_topic(self._base, self.s.dlq_topic, 1)
+
+    def run(self, stop: threading.Event | None = None, on_commit: Callable[[ConsumerStats], None] | None = None) -> None:
+        """Consume and commit until ``stop`` is set; then commit what is pending and close.
+
+        Raises:
+            AuditConsumerError: when fenced by another instance with the same transactional id, or fatal.
+        """
+        stop = stop or threading.Event()
+        self.ensure_topics()
+        try:
+            self._producer.init_transactions(30)
+        except KafkaException as exc:
+            raise AuditConsumerError(f"cannot initialise transactions: {exc.args[0].str()}") from exc
+        self._consumer.subscribe(
+            list(self.s.topics), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+        interval = self.s.commit_interval_ms / 1000.0
+        self._next_commit = time.monotonic() + interval
+        try:
+            while not stop.is_set():
+                msgs = self._consumer.consume(self.s.batch_size, 0.2)
+                if msgs:
+                    self._process(msgs)
+                if time.monotonic() >= self._next_commit:
+                    self._commit()
+                    self._next_commit = time.monotonic() + interval
+                    if on_commit is not None:
+                        on_commit(self.stats)
+            self._commit()
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        try:
+            if self._in_txn:
+                self._producer.abort_transaction(10)
+        except KafkaException:
+            log.warning("abort on close failed", exc_info=True)
+        self._consumer.close()
+        self._producer.flush(10)
+        self._producer.close()
+
+    # ------------------------------------------------------------------ rebalancing
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        keys = [(p.topic, p.partition) for p in partitions]
+        loaded = self._load_states(keys)
+        for key in keys:
+            self._parts[key] = loaded.get(key) or PartitionCounts(key[0], key[1], self.s.window_ms, self.s.grace_ms)
+        log.info("assigned %s", keys)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._commit()
+        for p in partitions:
+            self._parts.pop((p.topic, p.partition), None)
+            self._at_end.discard((p.topic, p.partition))
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._in_txn:
+            self._producer.abort_transaction(10)
+            self._in_txn = False
+        for p in partitions:
+            self._parts.pop((p.topic, p.partition), None)
+
+    def _load_states(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], PartitionCounts]:
+        """Read the state topic to its end (read_committed) and return the newest state of each key."""
+        wanted = {state_key(self.s.group, t, p): (t, p) for t, p in keys}
+        reader = Consumer({
+            **self._base, "group.id": f"{self.s.group}.state-reader", "enable.auto.commit": False,
+            "isolation.level": "read_committed", "enable.partition.eof": True,
+        })
+        try:
+            md = reader.list_topics(self.s.state_topic, timeout=10).topics[self.s.state_topic]
+            parts = [TopicPartition(self.s.state_topic, p, OFFSET_BEGINNING) for p in md.partitions]
+            reader.assign(parts)
+            pending = {p.partition for p in parts}
+            found: dict[tuple[str, int], bytes] = {}
+            deadline = time.monotonic() + 60
+            while pending and time.monotonic() < deadline:
+                for m in reader.consume(1000, 0.5):
+                    if m.error() is not None:
+                        if m.error().code() == KafkaError._PARTITION_EOF:
+                            pending.discard(m.partition())
+                        continue
+                    key = wanted.get(m.key() or b"")
+                    if key is not None and m.value() is not None:
+                        found[key] = m.value()
+            if pending:
+                raise AuditConsumerError(f"state topic {self.s.state_topic} not readable to its end in 60 s")
+        finally:
+            reader.close()
+        return {k: decode_state(v, self.s.window_ms, self.s.grace_ms) for k, v in found.items()}
+
+    # ------------------------------------------------------------------ counting (hot path)
+    def _process(self, msgs: list[Message]) -> None:
+        now = time.time_ns() // 1_000_000
+        wm = self.s.window_ms
+        parts = self._parts
+        valid = self._valid_pids
+        last_key: tuple[str, int] | None = None
+        st: PartitionCounts | None = None
+        first_open = 0
+        buckets: dict[tuple[int, bytes | None], list] = {}
+        max_ts = -1
+        n = 0
+        for m in msgs:
+            if m.error() is not None:
+                self._on_error(m)
+                continue
+            topic, part = m.topic(), m.partition()
+            if last_key is None or last_key[1] != part or last_key[0] != topic:
+                if st is not None:
+                    st.watermark_ms = max(st.watermark_ms, max_ts)
+                last_key = (topic, part)
+                st = parts.get(last_key)
+                if st is None:  # not assigned any more (rebalance inside this batch)
+                    continue
+                self._in_txn or self._begin()
+                self._at_end.discard(last_key)
+                st.dirty = True
+                first_open = st.first_open_start_ms
+                buckets = st.open
+                max_ts = st.watermark_ms
+            elif st is None:
+                continue
+            st.next_offset = m.offset() + 1
+            ts_type, ts = m.timestamp()
+            if ts_type == 0:  # TIMESTAMP_NOT_AVAILABLE
+                self._dead_letter(m, "no_timestamp", "message has no timestamp")
+                continue
+            hdrs = m.headers()
+            stamp = hdrs[0][1] if hdrs and hdrs[0][0] == STAMP_HEADER else _stamp_of(hdrs)
+            if stamp is None:
+                pid = None
+                seq = 0
+            else:
+                pid = stamp[:-8]
+                seq = int.from_bytes(stamp[-8:], "big")
+                ok = valid.get(pid)
+                if ok is None:
+                    ok = self._check_pid(pid, stamp)
+                if not ok or len(stamp) <= 8 or seq >= 1 << 63:
+                    self._dead_letter(m, "bad_stamp", f"audit stamp header of {len(stamp)} bytes is malformed")
+                    continue
+            n += 1
+            if ts > max_ts:
+                max_ts = ts
+            start = ts - ts % wm
+            if start < first_open:
+                st.observe(ts, pid, seq, 0, 0)  # late: counted on the closed window's counters
+                continue
+            b = buckets.get((start, pid))
+            if b is None:
+                b = buckets[(start, pid)] = counts.new_bucket()
+            b[0] += 1  # RECEIVED
+            v = m.value()
+            if v is not None:
+                b[2] += len(v)  # BYTES
+            b[6].append(now - ts)  # LATS
+            b[4] = 1  # DIRTY
+            if pid is not None:
+                seqs = b[5]  # SEQS
+                if seq in seqs:
+                    b[1] += 1  # DUPLICATED
+                else:
+                    seqs.add(seq)
+        if st is not None:
+            st.watermark_ms = max(st.watermark_ms, max_ts)
+        self.stats.messages += n
+
+    def _check_pid(self, pid: bytes, stamp: bytes) -> bool:
+        try:
+            producer_id_text(pid)
+            ok = len(stamp) > 8
+        except MalformedStampError:
+            ok = False
+        if ok and len(self._valid_pids) < 100_000:
+            self._valid_pids[pid] = True
+        return ok
+
+    def _on_error(self, m: Message) -> None:
+        err = m.error()
+        if err.code() == KafkaError._PARTITION_EOF:
+            self._at_end.add((m.topic(), m.partition()))
+            return
+        if err.fatal():
+            raise AuditConsumerError(f"fatal consumer error: {err.str()}")
+        log.warning("consumer error on %s[%s]: %s", m.topic(), m.partition(), err.str())
+
+    def _dead_letter(self, m: Message, reason: str, detail: str) -> None:
+        dl = DeadLetter(COMPONENT, reason, detail, m.topic(), m.partition(), m.offset(), m.key(), m.value())
+        self._producer.produce(self.s.dlq_topic, dl.value, dl.key, headers=dl.headers())
+        self.stats.dead_letters += 1
+
+    # ------------------------------------------------------------------ committing
+    def _begin(self) -> bool:
+        self._producer.begin_transaction()
+        self._in_txn = True
+        return True
+
+    def _stale_after(self, topic: str) -> int | None:
+        return self.s.timeliness_ms.get(topic, self.s.default_timeliness_ms)
+
+    def _commit(self) -> None:
+        """Emit snapshots of changed buckets and the states, send offsets, commit: one transaction."""
+        now = now_ms()
+        closing: dict[tuple[str, int], list[tuple[int, bytes | None, list]]] = {}
+        for key, st in self._parts.items():
+            closed = st.advance(now if key in self._at_end else None, self.s.late_retention_ms)
+            if closed:
+                closing[key] = closed
+        dirty = [st for st in self._parts.values() if st.dirty]
+        if not dirty:
+            return
+        if not self._in_txn:
+            self._begin()
+        offsets = []
+        for st in dirty:
+            stale_after = self._stale_after(st.topic)
+            closed_keys = {(s, p) for s, p, _ in closing.get((st.topic, st.partition), [])}
+            for table, final in ((st.open, False), (st.closed, True)):
+                for (start, pid), b in table.items():
+                    if not b[counts.DIRTY]:
+                        continue
+                    fold_latencies(b, stale_after)
+                    self._emit(st, start, pid, b, final=final or (start, pid) in closed_keys)
+                    b[counts.DIRTY] = 0
+            self._producer.produce(
+                self.s.state_topic, encode_state(self.s.group, st), state_key(self.s.group, st.topic, st.partition)
+            )
+            if st.next_offset >= 0:
+                offsets.append(TopicPartition(st.topic, st.partition, st.next_offset))
+            st.dirty = False
+        try:
+            if offsets:
+                self._producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
+            self._producer.commit_transaction(60)
+            self.stats.transactions += 1
+        except KafkaException as exc:
+            self._transaction_failed(exc)
+        finally:
+            self._in_txn = False
+
+    def _transaction_failed(self, exc: KafkaException) -> None:
+        err: KafkaError = exc.args[0]
+        if err.fatal() or err.code() == KafkaError._FENCED:
+            raise AuditConsumerError(
+                f"transaction failed fatally ({err.str()}): another instance with transactional.id "
+                f"{self.s.transactional_id!r} took over, or the broker fenced us; restart this instance"
+            ) from exc
+        log.warning("transaction aborted (%s); rewinding to the last committed state", err.str())
+        if err.txn_requires_abort():
+            self._producer.abort_transaction(30)
+        self.stats.aborted += 1
+        self._rewind()
+
+    def _rewind(self) -> None:
+        """Reload state and seek to the committed offsets of every assigned partition."""
+        assigned = self._consumer.assignment()
+        keys = [(p.topic, p.partition) for p in assigned]
+        loaded = self._load_states(keys)
+        committed = {(tp.topic, tp.partition): tp.offset for tp in self._consumer.committed(assigned, 30)}
+        for key in keys:
+            self._parts[key] = loaded.get(key) or PartitionCounts(key[0], key[1], self.s.window_ms, self.s.grace_ms)
+            off = committed.get(key, OFFSET_BEGINNING)
+            self._consumer.seek(TopicPartition(key[0], key[1], off if off >= 0 else OFFSET_BEGINNING))
+
+    def _emit(self, st: PartitionCounts, start: int, pid: bytes | None, b: list, final: bool) -> None:
+        hist = b[counts.HIST]
+        received = b[counts.RECEIVED]
+        record = AuditRecord(
+            tier=self.tier, source=self.s.group, producer_id=pid.decode() if pid is not None else None,
+            topic=st.topic, partition=st.partition, window_start_ms=start, window_end_ms=start + self.s.window_ms,
+            final=final, received=received, unique=unique_of(pid, b), duplicated=b[counts.DUPLICATED],
+            late=b[counts.LATE], stale=b[counts.STALE], unaudited=received if pid is None else 0,
+            bytes=b[counts.BYTES], latency_p50_ms=percentile(hist, 0.5), latency_p99_ms=percentile(hist, 0.99),
+            latency_max_ms=float(b[counts.LAT_MAX]) if received else None,
+        )
+        self._producer.produce(self.s.audit_topic, encode(record), record.key().encode(), timestamp=record.emitted_at_ms)
+        self.stats.snapshots += 1
+
+
+def describe(settings: AuditConsumerSettings) -> dict[str, Any]:
+    """What an instance with these settings will do, for the CLI's start-up line."""
+    return {
+        "tier": cluster_tier(settings.cluster), "group": settings.group, "topics": settings.topics,
+        "transactional.id": settings.transactional_id, "window_ms": settings.window_ms,
+        "grace_ms": settings.grace_ms,
+    }

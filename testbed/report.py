@@ -1,0 +1,91 @@
+"""Comparing the audit consumer's counts with the verifier's ground truth, and showing both."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from rich.table import Table
+
+from audit_record import AuditRecord, cluster_tier
+from audit_record.reader import SnapshotTable
+from spark_streaming.rates import duplicate_rate, loss_rate
+from testbed.verify import Verification
+
+COMPARED = ("received", "unique", "duplicated")
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One (window, producer) where the audit consumer and the verifier disagree."""
+
+    window_start_ms: int
+    producer_id: str | None
+    field: str
+    audited: int
+    truth: int
+
+
+def cluster_counts(table: SnapshotTable, cluster: str, topic: str) -> dict[tuple[int, str | None], dict[str, int]]:
+    """Sum the newest cluster-tier snapshots over partitions, per (window, producer id)."""
+    out: dict[tuple[int, str | None], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    rec: AuditRecord
+    for rec in table.tier(cluster_tier(cluster)):
+        if rec.topic != topic:
+            continue
+        c = out[(rec.window_start_ms, rec.producer_id)]
+        for name in (*COMPARED, "late", "stale", "unaudited"):
+            c[name] += getattr(rec, name)
+        c["final_partitions"] += int(rec.final)
+        c["partitions"] += 1
+    return out
+
+
+def compare_with_cluster(v: Verification, cluster: str) -> list[Mismatch]:
+    """Every difference between the verifier's rows and the audit consumer's snapshots (empty = exact)."""
+    assert v.audit_log is not None
+    audited = cluster_counts(v.audit_log, cluster, v.topic)
+    out = []
+    for key in sorted(set(audited) | {k for k, r in v.rows.items() if r.received}, key=lambda k: (k[0], k[1] or "")):
+        truth = v.rows.get(key)
+        got = audited.get(key, {})
+        for name in COMPARED:
+            t = getattr(truth, name) if truth is not None else 0
+            if name in ("unique", "duplicated") and key[1] is None:
+                continue
+            if got.get(name, 0) != t:
+                out.append(Mismatch(key[0], key[1], name, got.get(name, 0), t))
+    return out
+
+
+def _fmt_rate(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.2f}%"
+
+
+def verification_table(v: Verification, mismatches: list[Mismatch] | None = None) -> Table:
+    """A rich table of the verifier's per-window totals (and whether the audit consumer agrees)."""
+    bad = {(m.window_start_ms) for m in mismatches or []}
+    table = Table(title=f"{v.topic}: ground truth per window ({v.window_ms // 1000} s windows)")
+    for col in ("window (UTC)", "producers", "sent", "received", "unique", "duplicated", "lost", "R_l", "R_d"):
+        table.add_column(col, justify="right")
+    if mismatches is not None:
+        table.add_column("audit consumer", justify="center")
+    by_window: dict[int, list] = defaultdict(list)
+    for (start, pid), row in v.rows.items():
+        if pid is not None:
+            by_window[start].append(row)
+    for start in sorted(by_window):
+        rows = by_window[start]
+        sent = sum(r.sent for r in rows)
+        unique = sum(r.unique for r in rows)
+        dup = sum(r.duplicated for r in rows)
+        cells = [
+            datetime.fromtimestamp(start / 1000, UTC).strftime("%H:%M:%S"), str(len(rows)), f"{sent:,}",
+            f"{sum(r.received for r in rows):,}", f"{unique:,}", f"{dup:,}", f"{sum(r.lost for r in rows):,}",
+            _fmt_rate(loss_rate(sent, unique)), _fmt_rate(duplicate_rate(sent, dup)),
+        ]
+        if mismatches is not None:
+            cells.append("[red]differs[/]" if start in bad else "[green]exact[/]")
+        table.add_row(*cells)
+    return table

@@ -1,0 +1,179 @@
+"""Ground truth: read a whole topic after a run and count, per window and producer, what really is there.
+
+The paper's method (Sec. V-A): compare the unique keys found with what was sent. Here a key is the
+audit stamp ``(producer id, sequence)``; a message belongs to the window of its own CreateTime. The
+number sent per (window, producer) comes from the producers' final snapshots in the audit topic
+(cross-checked against the sequence range they report). This code shares nothing with the audit
+consumer's counting path on purpose: it is what every measurement is checked against.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from audit_record import PRODUCER_TIER, MalformedRecordError
+from audit_record.reader import SnapshotTable, read_audit_log
+from audit_record.stamp import STAMP_HEADER
+from audit_record.stamp import decode as decode_stamp
+from kafka_audit.errors import KafkaAuditError
+from spark_streaming.rates import duplicate_rate, loss_rate
+
+
+class VerifyError(KafkaAuditError):
+    """The topic could not be read to its end."""
+
+
+@dataclass
+class WindowTruth:
+    """Ground truth of one (topic, window, producer id); producer id None = unaudited messages.
+
+    Attributes:
+        sent: Messages the producer handed to Kafka in the window (from its final snapshot; 0 if unknown).
+        received: Copies found in the topic, duplicates included.
+        unique: Distinct sequence numbers found.
+        duplicated: received - unique.
+        lost: sent - unique (never negative).
+    """
+
+    topic: str
+    window_start_ms: int
+    producer_id: str | None
+    sent: int = 0
+    received: int = 0
+    unique: int = 0
+    duplicated: int = 0
+    sequences: set[int] = field(default_factory=set, repr=False)
+
+    @property
+    def lost(self) -> int:
+        """sent - unique, floored at 0."""
+        return max(0, self.sent - self.unique)
+
+    @property
+    def loss_rate(self) -> float | None:
+        """R_l over the window (Eq. 3)."""
+        return loss_rate(self.sent, self.unique)
+
+    @property
+    def duplicate_rate(self) -> float | None:
+        """R_d over the window (Eq. 3)."""
+        return duplicate_rate(self.sent, self.duplicated)
+
+
+@dataclass
+class Verification:
+    """Result of :func:`verify_topic`: rows keyed by (window_start_ms, producer_id), plus oddities."""
+
+    topic: str
+    window_ms: int
+    rows: dict[tuple[int, str | None], WindowTruth]
+    malformed_stamps: int = 0
+    messages: int = 0
+    audit_log: SnapshotTable | None = None
+
+
+def _read_topic(config: Mapping[str, object], topic: str, timeout_s: float) -> Consumer:
+    consumer = Consumer({
+        **config, "group.id": "kafka-audit.verify", "enable.auto.commit": False,
+        "enable.partition.eof": True, "isolation.level": "read_uncommitted",
+    })
+    md = consumer.list_topics(topic, timeout=10).topics.get(topic)
+    if md is None or md.error is not None:
+        consumer.close()
+        raise VerifyError(f"topic {topic!r} does not exist")
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.partitions])
+    return consumer
+
+
+def verify_topic(
+    config: Mapping[str, object], topic: str, window_ms: int, audit_topic: str = "__kafka_audit",
+    timeout_s: float = 300.0,
+) -> Verification:
+    """Count the ground truth of ``topic`` per (window, producer).
+
+    Args:
+        config: librdkafka connection config.
+        topic: Data topic to read in full.
+        window_ms: Window length, ms (as the producers used).
+        audit_topic: Where the producers' snapshots are (for ``sent``).
+        timeout_s: Deadline for reading everything, s.
+
+    Raises:
+        VerifyError: if the topic does not exist or cannot be read to its end in time.
+    """
+    rows: dict[tuple[int, str | None], WindowTruth] = {}
+    result = Verification(topic, window_ms, rows)
+    consumer = _read_topic(config, topic, timeout_s)
+    pending = {tp.partition for tp in consumer.assignment()}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while pending:
+            if time.monotonic() > deadline:
+                raise VerifyError(f"topic {topic!r} not read to its end in {timeout_s:.0f} s")
+            for m in consumer.consume(5000, 0.5):
+                if m.error() is not None:
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        pending.discard(m.partition())
+                    continue
+                result.messages += 1
+                ts = m.timestamp()[1]
+                start = ts - ts % window_ms
+                stamp = next((v for k, v in (m.headers() or []) if k == STAMP_HEADER), None)
+                pid: str | None = None
+                seq = -1
+                if stamp is not None:
+                    try:
+                        pid_bytes, seq = decode_stamp(stamp)
+                        pid = pid_bytes.decode()
+                    except ValueError:
+                        result.malformed_stamps += 1
+                        continue
+                row = rows.get((start, pid))
+                if row is None:
+                    row = rows[(start, pid)] = WindowTruth(topic, start, pid)
+                row.received += 1
+                if pid is not None:
+                    row.sequences.add(seq)
+    finally:
+        consumer.close()
+    for row in rows.values():
+        row.unique = len(row.sequences) if row.producer_id is not None else 0
+        row.duplicated = row.received - row.unique if row.producer_id is not None else 0
+    log = read_audit_log(config, audit_topic)
+    result.audit_log = log
+    for rec in log.tier(PRODUCER_TIER):
+        if rec.topic != topic:
+            continue
+        key = (rec.window_start_ms, rec.producer_id)
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = WindowTruth(topic, rec.window_start_ms, rec.producer_id)
+        row.sent = rec.sent
+        if rec.last_sequence is not None and row.sequences and max(row.sequences) > rec.last_sequence:
+            raise MalformedRecordError(
+                "inconsistent_counts",
+                f"producer {rec.producer_id} window {rec.window_start_ms}: sequence {max(row.sequences)} found "
+                f"beyond the last it reports ({rec.last_sequence})",
+            )
+    return result
+
+
+def totals_by_window(v: Verification) -> dict[int, dict[str, int]]:
+    """Sum the rows of every window over producers: sent, received, unique, duplicated, lost, unaudited."""
+    out: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for (start, pid), row in v.rows.items():
+        t = out[start]
+        if pid is None:
+            t["unaudited"] += row.received
+            continue
+        t["sent"] += row.sent
+        t["received"] += row.received
+        t["unique"] += row.unique
+        t["duplicated"] += row.duplicated
+        t["lost"] += row.lost
+    return {k: dict(v) for k, v in sorted(out.items())}

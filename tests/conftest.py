@@ -1,0 +1,54 @@
+"""Session fixtures: one real Kafka broker (KRaft) on free ports, and a unique topic per test."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from kafka_audit.topics import ensure_topic
+from testbed.kafka_cluster import KafkaCluster
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    cluster = KafkaCluster.create(tmp_path_factory.mktemp("kafka"), brokers=1)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def bootstrap(kafka_cluster: KafkaCluster) -> str:
+    return kafka_cluster.bootstrap_servers
+
+
+@pytest.fixture
+def kconfig(bootstrap: str) -> dict[str, str]:
+    return {"bootstrap.servers": bootstrap}
+
+
+def unique_name(request: pytest.FixtureRequest, kind: str = "") -> str:
+    base = re.sub(r"[^A-Za-z0-9._-]", "_", request.node.name)[:60]
+    return f"pytest_{base}{kind}_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def topic(request: pytest.FixtureRequest, kconfig: dict[str, str]) -> str:
+    name = unique_name(request)
+    ensure_topic(kconfig, name, partitions=3)
+    return name
+
+
+@pytest.fixture
+def audit_topics(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Per-test audit, state and dead-letter topics, so tests never see each other's records."""
+    return {
+        "audit_topic": unique_name(request, ".audit"),
+        "state_topic": unique_name(request, ".state"),
+        "dlq_topic": unique_name(request, ".dlq"),
+    }

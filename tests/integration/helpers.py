@@ -1,0 +1,73 @@
+"""Shared test helpers: run an audit consumer in a thread, wait for final windows, compare with truth."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from audit_consumer.consumer import AuditConsumer
+from audit_consumer.settings import AuditConsumerSettings
+from audit_record import PRODUCER_TIER, cluster_tier
+from audit_record.reader import read_audit_log
+
+CLUSTER = "test"
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.5) -> Any:
+    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def consumer_settings(bootstrap: str, topics: list[str], audit_topics: dict[str, str], **kw: Any) -> AuditConsumerSettings:
+    base: dict[str, Any] = {
+        "cluster": CLUSTER, "topics": topics, "bootstrap_servers": bootstrap, "window_ms": 5_000,
+        "grace_ms": 2_000, "commit_interval_ms": 500, "instance_id": "t0", "group_id": f"g.{audit_topics['state_topic']}",
+        **audit_topics,
+    }
+    base.update(kw)
+    return AuditConsumerSettings(**base)
+
+
+@contextmanager
+def running_consumer(settings: AuditConsumerSettings) -> Iterator[AuditConsumer]:
+    consumer = AuditConsumer(settings)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            consumer.run(stop)
+        except BaseException as exc:
+            errors.append(exc)
+
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+    try:
+        yield consumer
+    finally:
+        stop.set()
+        th.join(60)
+    assert not th.is_alive(), "audit consumer did not stop"
+    if errors:
+        raise errors[0]
+
+
+def all_windows_final(config: dict[str, str], topic: str, audit_topic: str) -> bool:
+    """True when every producer window of ``topic`` has a final cluster-tier snapshot for every partition seen."""
+    log = read_audit_log(config, audit_topic)
+    produced = {r.window_start_ms for r in log.tier(PRODUCER_TIER) if r.topic == topic}
+    cluster = [r for r in log.tier(cluster_tier(CLUSTER)) if r.topic == topic]
+    final = {r.window_start_ms for r in cluster if r.final}
+    open_ = {r.window_start_ms for r in cluster if not r.final}
+    producers_final = all(r.final for r in log.tier(PRODUCER_TIER) if r.topic == topic)
+    return bool(produced) and produced <= final and not open_ and producers_final
