@@ -27,19 +27,21 @@ _PATHS = ("/", "/index.html", "/api/v1/orders", "/api/v1/users/42", "/static/app
 _AGENTS = (
     "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 Chrome/126.0 Safari/537.36",
     "Mozilla/5.0 (Windows NT 10.0; Win64; x64; rv:128.0) Gecko/20100101 Firefox/128.0",
-    "curl/8.5.0",
+    "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 Mobile/15E148 Safari/604.1",
 )
+_REFERRERS = ("-", "https://www.example.com/", "https://shop.example.com/products?page=2",
+              "https://search.example.org/?q=kafka+audit")
 _ACTIONS = ("move", "shoot", "jump", "chat", "pickup", "spawn", "hit")
 
 
 def _social(rng: random.Random) -> bytes:
     n = max(40, min(280, int(rng.lognormvariate(4.4, 0.5))))
     words: list[str] = []
-    while sum(len(w) + 1 for w in words) < n:
+    while len(" ".join(words)) < n:
         words.append(rng.choice(_WORDS))
     text = " ".join(words)[:n]
     if rng.random() < 0.3:
-        text = text[: n - 10] + " #kafka"
+        text = text[: n - 7] + " #kafka"
     return text.encode()
 
 
@@ -49,7 +51,7 @@ def _weblog(rng: random.Random) -> bytes:
     method = rng.choice(("GET", "GET", "GET", "POST"))
     status = rng.choice((200, 200, 200, 200, 304, 404, 500))
     line = (f'{ip} - - [{t}] "{method} {rng.choice(_PATHS)} HTTP/1.1" {status} {rng.randint(200, 50000)} '
-            f'"-" "{rng.choice(_AGENTS)}"')
+            f'"{rng.choice(_REFERRERS)}" "{rng.choice(_AGENTS)}"')
     return line.encode()
 
 
