@@ -82,17 +82,32 @@ class AuditConsumer:
         self.stats = ConsumerStats()
         base = {"bootstrap.servers": settings.bootstrap_servers, **settings.extra_config}
         self._base = base
-        self._consumer = Consumer({
-            **base, "group.id": settings.group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed", "enable.partition.eof": True,
-            "client.id": f"{settings.transactional_id}.consumer", "partition.assignment.strategy": "range",
-            # Static membership: a restarted instance takes its partitions back at once, no rebalance wait.
-            "group.instance.id": settings.transactional_id, "session.timeout.ms": 15_000,
-        })
-        self._producer = Producer({
-            **base, "transactional.id": settings.transactional_id, "client.id": f"{settings.transactional_id}",
-            "transaction.timeout.ms": 30_000, "linger.ms": 20, "enable.idempotence": True, "acks": "all",
-        })
+        self._consumer = Consumer(
+            {
+                **base,
+                "group.id": settings.group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "client.id": f"{settings.transactional_id}.consumer",
+                "partition.assignment.strategy": "range",
+                # Static membership: a restarted instance takes its partitions back at once.
+                "group.instance.id": settings.transactional_id,
+                "session.timeout.ms": 15_000,
+            }
+        )
+        self._producer = Producer(
+            {
+                **base,
+                "transactional.id": settings.transactional_id,
+                "client.id": f"{settings.transactional_id}",
+                "transaction.timeout.ms": 30_000,
+                "linger.ms": 20,
+                "enable.idempotence": True,
+                "acks": "all",
+            }
+        )
         self._parts: dict[tuple[str, int], PartitionCounts] = {}
         self._at_end: set[tuple[str, int]] = set()
         self._in_txn = False
@@ -106,7 +121,9 @@ class AuditConsumer:
         ensure_topic(self._base, self.s.state_topic, 3, topic_config=STATE_TOPIC_CONFIG)
         ensure_topic(self._base, self.s.dlq_topic, 1)
 
-    def run(self, stop: threading.Event | None = None, on_commit: Callable[[ConsumerStats], None] | None = None) -> None:
+    def run(
+        self, stop: threading.Event | None = None, on_commit: Callable[[ConsumerStats], None] | None = None
+    ) -> None:
         """Consume and commit until ``stop`` is set; then commit what is pending and close.
 
         Raises:
@@ -152,7 +169,9 @@ class AuditConsumer:
         keys = [(p.topic, p.partition) for p in partitions]
         loaded = self._load_states(keys)
         for key in keys:
-            self._parts[key] = loaded.get(key) or PartitionCounts(key[0], key[1], self.s.window_ms, self.s.grace_ms)
+            self._parts[key] = loaded.get(key) or PartitionCounts(
+                key[0], key[1], self.s.window_ms, self.s.grace_ms
+            )
         log.info("assigned %s", keys)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -171,10 +190,15 @@ class AuditConsumer:
     def _load_states(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], PartitionCounts]:
         """Read the state topic to its end (read_committed) and return the newest state of each key."""
         wanted = {state_key(self.s.group, t, p): (t, p) for t, p in keys}
-        reader = Consumer({
-            **self._base, "group.id": f"{self.s.group}.state-reader", "enable.auto.commit": False,
-            "isolation.level": "read_committed", "enable.partition.eof": True,
-        })
+        reader = Consumer(
+            {
+                **self._base,
+                "group.id": f"{self.s.group}.state-reader",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+            }
+        )
         try:
             md = reader.list_topics(self.s.state_topic, timeout=10).topics[self.s.state_topic]
             parts = [TopicPartition(self.s.state_topic, p, OFFSET_BEGINNING) for p in md.partitions]
@@ -246,7 +270,9 @@ class AuditConsumer:
                 if ok is None:
                     ok = self._check_pid(pid, stamp)
                 if not ok or len(stamp) <= 8 or seq >= 1 << 63:
-                    self._dead_letter(m, "bad_stamp", f"audit stamp header of {len(stamp)} bytes is malformed")
+                    self._dead_letter(
+                        m, "bad_stamp", f"audit stamp header of {len(stamp)} bytes is malformed"
+                    )
                     continue
             n += 1
             if ts > max_ts:
@@ -332,14 +358,18 @@ class AuditConsumer:
                     self._emit(st, start, pid, b, final=final or (start, pid) in closed_keys)
                     b[counts.DIRTY] = 0
             self._producer.produce(
-                self.s.state_topic, encode_state(self.s.group, st), state_key(self.s.group, st.topic, st.partition)
+                self.s.state_topic,
+                encode_state(self.s.group, st),
+                state_key(self.s.group, st.topic, st.partition),
             )
             if st.next_offset >= 0:
                 offsets.append(TopicPartition(st.topic, st.partition, st.next_offset))
             st.dirty = False
         try:
             if offsets:
-                self._producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
+                self._producer.send_offsets_to_transaction(
+                    offsets, self._consumer.consumer_group_metadata(), 30
+                )
             self._producer.commit_transaction(60)
             self.stats.transactions += 1
         except KafkaException as exc:
@@ -367,7 +397,9 @@ class AuditConsumer:
         loaded = self._load_states(keys)
         committed = {(tp.topic, tp.partition): tp.offset for tp in self._consumer.committed(assigned, 30)}
         for key in keys:
-            self._parts[key] = loaded.get(key) or PartitionCounts(key[0], key[1], self.s.window_ms, self.s.grace_ms)
+            self._parts[key] = loaded.get(key) or PartitionCounts(
+                key[0], key[1], self.s.window_ms, self.s.grace_ms
+            )
             off = committed.get(key, OFFSET_BEGINNING)
             self._consumer.seek(TopicPartition(key[0], key[1], off if off >= 0 else OFFSET_BEGINNING))
 
@@ -375,21 +407,38 @@ class AuditConsumer:
         hist = b[counts.HIST]
         received = b[counts.RECEIVED]
         record = AuditRecord(
-            tier=self.tier, source=self.s.group, producer_id=pid.decode() if pid is not None else None,
-            topic=st.topic, partition=st.partition, window_start_ms=start, window_end_ms=start + self.s.window_ms,
-            final=final, received=received, unique=unique_of(pid, b), duplicated=b[counts.DUPLICATED],
-            late=b[counts.LATE], stale=b[counts.STALE], unaudited=received if pid is None else 0,
-            bytes=b[counts.BYTES], latency_p50_ms=percentile(hist, 0.5), latency_p99_ms=percentile(hist, 0.99),
+            tier=self.tier,
+            source=self.s.group,
+            producer_id=pid.decode() if pid is not None else None,
+            topic=st.topic,
+            partition=st.partition,
+            window_start_ms=start,
+            window_end_ms=start + self.s.window_ms,
+            final=final,
+            received=received,
+            unique=unique_of(pid, b),
+            duplicated=b[counts.DUPLICATED],
+            late=b[counts.LATE],
+            stale=b[counts.STALE],
+            unaudited=received if pid is None else 0,
+            bytes=b[counts.BYTES],
+            latency_p50_ms=percentile(hist, 0.5),
+            latency_p99_ms=percentile(hist, 0.99),
             latency_max_ms=float(b[counts.LAT_MAX]) if received else None,
         )
-        self._producer.produce(self.s.audit_topic, encode(record), record.key().encode(), timestamp=record.emitted_at_ms)
+        self._producer.produce(
+            self.s.audit_topic, encode(record), record.key().encode(), timestamp=record.emitted_at_ms
+        )
         self.stats.snapshots += 1
 
 
 def describe(settings: AuditConsumerSettings) -> dict[str, Any]:
-    """What an instance with these settings will do, for the CLI's start-up line."""
+    """Summarise what an instance with these settings will do (for the CLI's start-up line)."""
     return {
-        "tier": cluster_tier(settings.cluster), "group": settings.group, "topics": settings.topics,
-        "transactional.id": settings.transactional_id, "window_ms": settings.window_ms,
+        "tier": cluster_tier(settings.cluster),
+        "group": settings.group,
+        "topics": settings.topics,
+        "transactional.id": settings.transactional_id,
+        "window_ms": settings.window_ms,
         "grace_ms": settings.grace_ms,
     }

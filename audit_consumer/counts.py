@@ -58,7 +58,9 @@ class PartitionCounts:
         h = self.closed_horizon_ms
         return h - h % self.window_ms if h >= 0 else -1
 
-    def observe(self, timestamp_ms: int, producer_id: bytes | None, sequence: int, size: int, latency_ms: int) -> None:
+    def observe(
+        self, timestamp_ms: int, producer_id: bytes | None, sequence: int, size: int, latency_ms: int
+    ) -> None:
         """Count one message (the audit consumer inlines this loop; this is the reference version).
 
         Args:

@@ -1,6 +1,6 @@
 """End-to-end latency histogram: log-linear buckets, 4 per power of two (relative error <= 25%).
 
-Bucket ``i`` of a latency ``x`` ms (``x >= 1``, ``b = x.bit_length()``) is ``4*b + ((x << 2) >> (b - 1)) - 4``;
+Bucket of a latency ``x`` ms (``x >= 1``, ``b = x.bit_length()``): ``4*b + ((x << 2) >> (b - 1)) - 4``;
 ``x <= 0`` goes to bucket 0. Percentiles are reported as the bucket's lower bound, max exactly.
 """
 

@@ -34,10 +34,17 @@ def _bucket_out(start: int, pid: bytes | None, b: list, closed: bool) -> dict[st
     hist = b[counts.HIST]
     last = max((i for i, n in enumerate(hist) if n), default=-1)
     return {
-        "window_start_ms": start, "producer_id": pid, "closed": closed,
-        "received": b[counts.RECEIVED], "duplicated": b[counts.DUPLICATED],
-        "unique": counts.unique_of(pid, b), "late": b[counts.LATE], "stale": b[counts.STALE],
-        "bytes": b[counts.BYTES], "latency_max_ms": b[counts.LAT_MAX], "histogram": hist[: last + 1],
+        "window_start_ms": start,
+        "producer_id": pid,
+        "closed": closed,
+        "received": b[counts.RECEIVED],
+        "duplicated": b[counts.DUPLICATED],
+        "unique": counts.unique_of(pid, b),
+        "late": b[counts.LATE],
+        "stale": b[counts.STALE],
+        "bytes": b[counts.BYTES],
+        "latency_max_ms": b[counts.LAT_MAX],
+        "histogram": hist[: last + 1],
         "sequences": None if closed or b[counts.SEQS] is None else b[counts.SEQS].serialize(),
     }
 
@@ -45,8 +52,12 @@ def _bucket_out(start: int, pid: bytes | None, b: list, closed: bool) -> dict[st
 def encode_state(group: str, state: PartitionCounts) -> bytes:
     """Serialize one partition's state. Pending latencies must have been folded first."""
     record = {
-        "group": group, "topic": state.topic, "partition": state.partition, "next_offset": state.next_offset,
-        "watermark_ms": state.watermark_ms, "closed_horizon_ms": state.closed_horizon_ms,
+        "group": group,
+        "topic": state.topic,
+        "partition": state.partition,
+        "next_offset": state.next_offset,
+        "watermark_ms": state.watermark_ms,
+        "closed_horizon_ms": state.closed_horizon_ms,
         "buckets": [_bucket_out(s, p, b, False) for (s, p), b in state.open.items()]
         + [_bucket_out(s, p, b, True) for (s, p), b in state.closed.items()],
     }
@@ -59,8 +70,12 @@ def decode_state(value: bytes, window_ms: int, grace_ms: int) -> PartitionCounts
     """Rebuild a partition's state from :func:`encode_state` bytes."""
     rec: Any = fastavro.schemaless_reader(io.BytesIO(value), _schema(), None)
     st = PartitionCounts(
-        topic=rec["topic"], partition=rec["partition"], window_ms=window_ms, grace_ms=grace_ms,
-        next_offset=rec["next_offset"], watermark_ms=rec["watermark_ms"],
+        topic=rec["topic"],
+        partition=rec["partition"],
+        window_ms=window_ms,
+        grace_ms=grace_ms,
+        next_offset=rec["next_offset"],
+        watermark_ms=rec["watermark_ms"],
         closed_horizon_ms=rec["closed_horizon_ms"],
     )
     for bo in rec["buckets"]:

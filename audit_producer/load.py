@@ -30,9 +30,17 @@ class LoadResult:
 
 
 def run_load(
-    config: Mapping[str, Any], topic: str, profile: Profile = "weblog", *, rate: float = 1000.0,
-    duration_s: float | None = 60.0, count: int | None = None, audit: ProducerAuditSettings | None = None,
-    message_bytes: int | None = None, seed: int = 0, stop: threading.Event | None = None,
+    config: Mapping[str, Any],
+    topic: str,
+    profile: Profile = "weblog",
+    *,
+    rate: float = 1000.0,
+    duration_s: float | None = 60.0,
+    count: int | None = None,
+    audit: ProducerAuditSettings | None = None,
+    message_bytes: int | None = None,
+    seed: int = 0,
+    stop: threading.Event | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> LoadResult:
     """Produce audited load until ``count`` messages or ``duration_s`` seconds, whichever comes first.

@@ -75,10 +75,16 @@ class AuditedProducer:
         self._producer = Producer(cfg)
 
         conn = connection_config(cfg)
-        self._audit_producer = Producer({
-            **conn, "client.id": f"{self.client_id}.audit", "acks": "all", "enable.idempotence": True,
-            "linger.ms": 20, "message.timeout.ms": 120_000,
-        })
+        self._audit_producer = Producer(
+            {
+                **conn,
+                "client.id": f"{self.client_id}.audit",
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 20,
+                "message.timeout.ms": 120_000,
+            }
+        )
         ensure_topic(conn, self.settings.audit_topic, partitions=3, topic_config=AUDIT_TOPIC_CONFIG)
 
         self._prefix = encode_prefix(self.producer_id)
@@ -94,9 +100,15 @@ class AuditedProducer:
 
     # ------------------------------------------------------------------ the caller's API
     def produce(
-        self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
-        on_delivery: Callable[..., None] | None = None, timestamp: int = 0,
-        headers: Any = None, **kwargs: Any,
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        on_delivery: Callable[..., None] | None = None,
+        timestamp: int = 0,
+        headers: Any = None,
+        **kwargs: Any,
     ) -> None:
         """Produce one message, stamped and counted; same arguments as ``confluent_kafka.Producer.produce``.
 
@@ -125,7 +137,13 @@ class AuditedProducer:
             self._producer.produce(topic, value, key, partition, timestamp=ts, headers=hdrs, **kwargs)
         else:
             self._producer.produce(
-                topic, value, key, partition, on_delivery=self._wrap(callback), timestamp=ts, headers=hdrs,
+                topic,
+                value,
+                key,
+                partition,
+                on_delivery=self._wrap(callback),
+                timestamp=ts,
+                headers=hdrs,
                 **kwargs,
             )
         self._seq = seq
@@ -202,6 +220,7 @@ class AuditedProducer:
         def report(err: KafkaError | None, msg: Message) -> None:
             self._count_report(err, msg)
             callback(err, msg)
+
         return report
 
     def _on_stats(self, stats_json: str) -> None:
@@ -213,7 +232,10 @@ class AuditedProducer:
     def _settled(self, w: list[int], now: int, queue_empty: bool) -> bool:
         if not self._errors_only:
             return w[_ACKED] + w[_FAILED] >= w[_SENT]
-        return queue_empty or now - w[_LAST_PRODUCE_MONO] > self.reliability.message_timeout_ms + _SETTLE_MARGIN_MS
+        return (
+            queue_empty
+            or now - w[_LAST_PRODUCE_MONO] > self.reliability.message_timeout_ms + _SETTLE_MARGIN_MS
+        )
 
     def _tick(self, now: int, close_all: bool = False) -> None:
         """Emit snapshots of changed windows; close windows past end + grace whose messages are settled."""
@@ -237,22 +259,37 @@ class AuditedProducer:
 
     def _emit(self, topic: str, start: int, end: int, w: list[int], final: bool) -> None:
         record = AuditRecord(
-            tier=PRODUCER_TIER, source=self.client_id, producer_id=self.producer_id, topic=topic,
-            window_start_ms=start, window_end_ms=end, final=final,
-            sent=w[_SENT], acknowledged=min(w[_ACKED], w[_SENT] - w[_FAILED]), failed=w[_FAILED], bytes=w[_BYTES],
-            first_sequence=w[_FIRST_SEQ], last_sequence=w[_LAST_SEQ],
-            producer_config=self.reliability, network=self._network,
+            tier=PRODUCER_TIER,
+            source=self.client_id,
+            producer_id=self.producer_id,
+            topic=topic,
+            window_start_ms=start,
+            window_end_ms=end,
+            final=final,
+            sent=w[_SENT],
+            acknowledged=min(w[_ACKED], w[_SENT] - w[_FAILED]),
+            failed=w[_FAILED],
+            bytes=w[_BYTES],
+            first_sequence=w[_FIRST_SEQ],
+            last_sequence=w[_LAST_SEQ],
+            producer_config=self.reliability,
+            network=self._network,
         )
         self._audit_producer.produce(
-            self.settings.audit_topic, encode(record), record.key().encode(),
-            timestamp=record.emitted_at_ms, on_delivery=self._on_audit_delivery,
+            self.settings.audit_topic,
+            encode(record),
+            record.key().encode(),
+            timestamp=record.emitted_at_ms,
+            on_delivery=self._on_audit_delivery,
         )
         self.snapshots_sent += 1
 
     def _on_audit_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             self.audit_delivery_failures += 1
-            log.warning("audit snapshot for %s not delivered: %s (the next snapshot heals it)", msg.key(), err)
+            log.warning(
+                "audit snapshot for %s not delivered: %s (the next snapshot heals it)", msg.key(), err
+            )
 
 
 __all__ = ["AuditedProducer"]

@@ -17,20 +17,77 @@ from typing import Literal
 Profile = Literal["social", "weblog", "game"]
 PROFILES: tuple[Profile, ...] = ("social", "weblog", "game")
 
-_WORDS = (
-    "kafka stream audit today great news just launched new feature love this weekend coffee team "
-    "release data platform amazing check out thanks everyone happy monday working from home live now "
-    "update breaking weather match goal win city music concert tickets photo travel friends family"
-).split()
-_PATHS = ("/", "/index.html", "/api/v1/orders", "/api/v1/users/42", "/static/app.js", "/static/style.css",
-          "/login", "/search?q=kafka", "/products/1337", "/cart", "/checkout", "/images/logo.png")
+_WORDS = [
+    "kafka",
+    "stream",
+    "audit",
+    "today",
+    "great",
+    "news",
+    "just",
+    "launched",
+    "new",
+    "feature",
+    "love",
+    "this",
+    "weekend",
+    "coffee",
+    "team",
+    "release",
+    "data",
+    "platform",
+    "amazing",
+    "check",
+    "out",
+    "thanks",
+    "everyone",
+    "happy",
+    "monday",
+    "working",
+    "from",
+    "home",
+    "live",
+    "now",
+    "update",
+    "breaking",
+    "weather",
+    "match",
+    "goal",
+    "win",
+    "city",
+    "music",
+    "concert",
+    "tickets",
+    "photo",
+    "travel",
+    "friends",
+    "family",
+]
+_PATHS = (
+    "/",
+    "/index.html",
+    "/api/v1/orders",
+    "/api/v1/users/42",
+    "/static/app.js",
+    "/static/style.css",
+    "/login",
+    "/search?q=kafka",
+    "/products/1337",
+    "/cart",
+    "/checkout",
+    "/images/logo.png",
+)
 _AGENTS = (
     "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 Chrome/126.0 Safari/537.36",
     "Mozilla/5.0 (Windows NT 10.0; Win64; x64; rv:128.0) Gecko/20100101 Firefox/128.0",
     "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 Mobile/15E148 Safari/604.1",
 )
-_REFERRERS = ("-", "https://www.example.com/", "https://shop.example.com/products?page=2",
-              "https://search.example.org/?q=kafka+audit")
+_REFERRERS = (
+    "-",
+    "https://www.example.com/",
+    "https://shop.example.com/products?page=2",
+    "https://search.example.org/?q=kafka+audit",
+)
 _ACTIONS = ("move", "shoot", "jump", "chat", "pickup", "spawn", "hit")
 
 
@@ -50,21 +107,30 @@ def _weblog(rng: random.Random) -> bytes:
     t = f"22/Nov/2026:{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d} +0000"
     method = rng.choice(("GET", "GET", "GET", "POST"))
     status = rng.choice((200, 200, 200, 200, 304, 404, 500))
-    line = (f'{ip} - - [{t}] "{method} {rng.choice(_PATHS)} HTTP/1.1" {status} {rng.randint(200, 50000)} '
-            f'"{rng.choice(_REFERRERS)}" "{rng.choice(_AGENTS)}"')
+    line = (
+        f'{ip} - - [{t}] "{method} {rng.choice(_PATHS)} HTTP/1.1" {status} {rng.randint(200, 50000)} '
+        f'"{rng.choice(_REFERRERS)}" "{rng.choice(_AGENTS)}"'
+    )
     return line.encode()
 
 
 def _game(rng: random.Random) -> bytes:
-    event = {"p": rng.randint(1, 99999), "a": rng.choice(_ACTIONS), "x": round(rng.uniform(0, 1000), 1),
-             "y": round(rng.uniform(0, 1000), 1), "t": rng.randint(0, 10**6)}
+    event = {
+        "p": rng.randint(1, 99999),
+        "a": rng.choice(_ACTIONS),
+        "x": round(rng.uniform(0, 1000), 1),
+        "y": round(rng.uniform(0, 1000), 1),
+        "t": rng.randint(0, 10**6),
+    }
     return json.dumps(event, separators=(",", ":")).encode()
 
 
 _MAKERS = {"social": _social, "weblog": _weblog, "game": _game}
 
 
-def message_pool(profile: Profile, size: int = 1024, seed: int = 0, message_bytes: int | None = None) -> list[bytes]:
+def message_pool(
+    profile: Profile, size: int = 1024, seed: int = 0, message_bytes: int | None = None
+) -> list[bytes]:
     """Return ``size`` message values of ``profile`` (deterministic for a seed).
 
     Args:

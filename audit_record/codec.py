@@ -38,7 +38,9 @@ def schema_json() -> str:
 @cache
 def fingerprint() -> bytes:
     """Return the schema's CRC-64-AVRO fingerprint, 8 bytes little endian."""
-    hexdigest = fastavro.schema.fingerprint(fastavro.schema.to_parsing_canonical_form(schema()), "CRC-64-AVRO")
+    hexdigest = fastavro.schema.fingerprint(
+        fastavro.schema.to_parsing_canonical_form(schema()), "CRC-64-AVRO"
+    )
     return bytes.fromhex(hexdigest)[::-1]
 
 
@@ -68,7 +70,9 @@ def decode(value: bytes | None) -> AuditRecord:
     if len(value) < _HEADER_LEN or value[:2] != SINGLE_OBJECT_MAGIC:
         raise MalformedRecordError("bad_magic", f"not an Avro single object (first bytes {value[:4].hex()})")
     if value[2:_HEADER_LEN] != fingerprint():
-        raise MalformedRecordError("wrong_schema", f"schema fingerprint {value[2:_HEADER_LEN].hex()} is not ours")
+        raise MalformedRecordError(
+            "wrong_schema", f"schema fingerprint {value[2:_HEADER_LEN].hex()} is not ours"
+        )
     buf = io.BytesIO(value)
     buf.seek(_HEADER_LEN)
     try:

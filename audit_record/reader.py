@@ -45,12 +45,15 @@ class SnapshotTable:
         self.records[record.key()] = record
 
     def tier(self, tier: str) -> Iterator[AuditRecord]:
-        """Records of one tier (``producer`` or ``cluster:<name>``)."""
+        """Return the records of one tier (``producer`` or ``cluster:<name>``)."""
         return (r for r in self.records.values() if r.tier == tier)
 
 
 def read_audit_log(
-    config: Mapping[str, object], audit_topic: str, dlq_topic: str | None = None, timeout_s: float = 60.0,
+    config: Mapping[str, object],
+    audit_topic: str,
+    dlq_topic: str | None = None,
+    timeout_s: float = 60.0,
 ) -> SnapshotTable:
     """Read ``audit_topic`` from the beginning to its end and return the newest snapshot per key.
 
@@ -63,10 +66,15 @@ def read_audit_log(
     Raises:
         AuditLogError: if the end is not reached within ``timeout_s``.
     """
-    consumer = Consumer({
-        **config, "group.id": "kafka-audit.reader", "enable.auto.commit": False,
-        "isolation.level": "read_committed", "enable.partition.eof": True,
-    })
+    consumer = Consumer(
+        {
+            **config,
+            "group.id": "kafka-audit.reader",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
     dlq = Producer({**config, "acks": "all", "enable.idempotence": True}) if dlq_topic else None
     table = SnapshotTable()
     try:
@@ -90,8 +98,16 @@ def read_audit_log(
                 except MalformedRecordError as exc:
                     table.malformed[exc.reason] += 1
                     if dlq is not None:
-                        dl = DeadLetter(COMPONENT, exc.reason, exc.detail, m.topic(), m.partition(), m.offset(),
-                                        m.key(), m.value())
+                        dl = DeadLetter(
+                            COMPONENT,
+                            exc.reason,
+                            exc.detail,
+                            m.topic(),
+                            m.partition(),
+                            m.offset(),
+                            m.key(),
+                            m.value(),
+                        )
                         dlq.produce(dlq_topic, dl.value, dl.key, headers=dl.headers())
                         dlq.poll(0)
     finally:

@@ -11,8 +11,8 @@ import dataclasses
 import socket
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kafka_audit.errors import KafkaAuditError
@@ -22,7 +22,16 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 CLUSTER_TIER_PREFIX = "cluster:"
 
 _COUNT_FIELDS = (
-    "sent", "acknowledged", "failed", "received", "unique", "duplicated", "late", "stale", "unaudited", "bytes",
+    "sent",
+    "acknowledged",
+    "failed",
+    "received",
+    "unique",
+    "duplicated",
+    "late",
+    "stale",
+    "unaudited",
+    "bytes",
 )
 
 
@@ -133,8 +142,14 @@ class AuditRecord:
         Also the Kafka message key, so all snapshots of one key land in one partition in order.
         """
         return "|".join(
-            (self.tier, self.source, self.producer_id or "", self.topic, str(self.partition),
-             str(self.window_start_ms))
+            (
+                self.tier,
+                self.source,
+                self.producer_id or "",
+                self.topic,
+                str(self.partition),
+                str(self.window_start_ms),
+            )
         )
 
     def validate(self) -> AuditRecord:
@@ -147,7 +162,9 @@ class AuditRecord:
         if self.tier != PRODUCER_TIER and not (
             self.tier.startswith(CLUSTER_TIER_PREFIX) and len(self.tier) > len(CLUSTER_TIER_PREFIX)
         ):
-            raise MalformedRecordError("bad_tier", f"tier {self.tier!r} is neither 'producer' nor 'cluster:<name>'")
+            raise MalformedRecordError(
+                "bad_tier", f"tier {self.tier!r} is neither 'producer' nor 'cluster:<name>'"
+            )
         if not self.topic or not self.source:
             raise MalformedRecordError("bad_tier", "empty topic or source")
         if self.window_end_ms <= self.window_start_ms or self.window_start_ms < 0:
@@ -159,7 +176,8 @@ class AuditRecord:
                 raise MalformedRecordError("negative_count", f"{name}={getattr(self, name)}")
         if self.acknowledged + self.failed > self.sent:
             raise MalformedRecordError(
-                "inconsistent_counts", f"acknowledged+failed={self.acknowledged + self.failed} > sent={self.sent}"
+                "inconsistent_counts",
+                f"acknowledged+failed={self.acknowledged + self.failed} > sent={self.sent}",
             )
         if self.unique > self.received or self.duplicated > self.received:
             raise MalformedRecordError(

@@ -6,7 +6,6 @@ import json
 import logging
 import signal
 import threading
-
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,11 +18,15 @@ from kafka_audit.errors import KafkaAuditError
 from kafka_audit.paths import default_kafka_dir
 
 app = typer.Typer(
-    help="kafka-audit: know that every Kafka message arrived exactly once.", no_args_is_help=True,
+    help="kafka-audit: know that every Kafka message arrived exactly once.",
+    no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-kafka_app = typer.Typer(help="Run a local Apache Kafka cluster (KRaft mode) on 127.0.0.1.", no_args_is_help=True)
+kafka_app = typer.Typer(
+    help="Run a local Apache Kafka cluster (KRaft mode) on 127.0.0.1.", no_args_is_help=True
+)
 app.add_typer(kafka_app, name="kafka")
+DEFAULT_KAFKA_DIR = default_kafka_dir()
 console = Console(width=None if Console().is_terminal else 140)
 err_console = Console(stderr=True)
 
@@ -61,7 +64,8 @@ def _bootstrap(servers: str | None, data_dir: Path | None = None) -> str:
     cluster = KafkaCluster.load(data_dir or default_kafka_dir())
     if cluster is None or not cluster.running_nodes():
         raise typer.BadParameter(
-            "no --bootstrap-servers given and no local cluster running: start one with `kafka-audit kafka start`",
+            "no --bootstrap-servers given and no local cluster running: "
+            "start one with `kafka-audit kafka start`",
             param_hint="--bootstrap-servers",
         )
     return cluster.bootstrap_servers
@@ -71,7 +75,7 @@ def _bootstrap(servers: str | None, data_dir: Path | None = None) -> str:
 @kafka_app.command("start")
 def kafka_start(
     brokers: Annotated[int, typer.Option(help="Number of brokers: 1 or 3.")] = 1,
-    data_dir: DataDir = default_kafka_dir(),
+    data_dir: DataDir = DEFAULT_KAFKA_DIR,
     base_port: Annotated[int | None, typer.Option(help="First port (default: free ports).")] = None,
     heap_mb: Annotated[int, typer.Option(help="JVM heap per broker, MiB.")] = 768,
 ) -> None:
@@ -82,7 +86,8 @@ def kafka_start(
         cluster = KafkaCluster.load(data_dir)
         if cluster is not None and len(cluster.nodes) != brokers:
             raise KafkaAuditError(
-                f"{data_dir} holds a {len(cluster.nodes)}-broker cluster; use another --data-dir for {brokers}"
+                f"{data_dir} holds a {len(cluster.nodes)}-broker cluster; "
+                f"use another --data-dir for {brokers}"
             )
         if cluster is None:
             cluster = KafkaCluster.create(data_dir, brokers, base_port, heap_mb)
@@ -94,7 +99,7 @@ def kafka_start(
 
 
 @kafka_app.command("status")
-def kafka_status(data_dir: DataDir = default_kafka_dir()) -> None:
+def kafka_status(data_dir: DataDir = DEFAULT_KAFKA_DIR) -> None:
     """Show the local cluster's nodes, ports and PIDs."""
     from testbed.kafka_cluster import KafkaCluster
 
@@ -111,7 +116,7 @@ def kafka_status(data_dir: DataDir = default_kafka_dir()) -> None:
 
 
 @kafka_app.command("stop")
-def kafka_stop(data_dir: DataDir = default_kafka_dir()) -> None:
+def kafka_stop(data_dir: DataDir = DEFAULT_KAFKA_DIR) -> None:
     """Stop the local cluster (controlled shutdown, by PID)."""
     from testbed.kafka_cluster import KafkaCluster
 
@@ -127,10 +132,14 @@ def kafka_stop(data_dir: DataDir = default_kafka_dir()) -> None:
 @app.command()
 def produce(
     topic: Annotated[str, typer.Option(help="Target topic.")],
-    profile: Annotated[str, typer.Option(help="Workload: social, weblog or game (paper Table II).")] = "weblog",
+    profile: Annotated[
+        str, typer.Option(help="Workload: social, weblog or game (paper Table II).")
+    ] = "weblog",
     rate: Annotated[float, typer.Option(help="Messages/s (0 = as fast as possible).")] = 1000.0,
     duration: Annotated[float | None, typer.Option(help="Seconds to run.")] = 60.0,
-    count: Annotated[int | None, typer.Option(help="Messages to send (stops earlier than --duration).")] = None,
+    count: Annotated[
+        int | None, typer.Option(help="Messages to send (stops earlier than --duration).")
+    ] = None,
     message_bytes: Annotated[int | None, typer.Option(help="Fixed message size M, bytes.")] = None,
     acks: Annotated[str | None, typer.Option(help="librdkafka acks: 0, 1, all.")] = None,
     window_ms: Annotated[int, typer.Option(help="Audit window length, ms.")] = 60_000,
@@ -142,27 +151,47 @@ def produce(
     from audit_producer.load import run_load
     from audit_producer.settings import ProducerAuditSettings
 
-    config: dict[str, Any] = {"bootstrap.servers": _bootstrap(bootstrap_servers), "client.id": client_id, **_props(x)}
+    config: dict[str, Any] = {
+        "bootstrap.servers": _bootstrap(bootstrap_servers),
+        "client.id": client_id,
+        **_props(x),
+    }
     if acks is not None:
         config["acks"] = acks
     audit = ProducerAuditSettings(window_ms=window_ms, delivery_reports="errors")
     total = count or (int(rate * duration) if duration and rate > 0 else None)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed:,} msgs"),
-                  TimeRemainingColumn(), console=console) as progress:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:,} msgs"),
+        TimeRemainingColumn(),
+        console=console,
+    ) as progress:
         task = progress.add_task(f"{profile} -> {topic}", total=total)
         try:
-            result = run_load(config, topic, profile, rate=rate, duration_s=duration, count=count, audit=audit,  # type: ignore[arg-type]
-                              message_bytes=message_bytes, stop=stop,
-                              progress=lambda n: progress.update(task, completed=n))
+            result = run_load(
+                config,
+                topic,
+                profile,
+                rate=rate,
+                duration_s=duration,
+                count=count,
+                audit=audit,  # type: ignore[arg-type]
+                message_bytes=message_bytes,
+                stop=stop,
+                progress=lambda n: progress.update(task, completed=n),
+            )
         except (KafkaAuditError, ValueError) as exc:
             raise _fail(exc) from exc
-    console.print(f"produced {result.produced:,} messages in {result.seconds:.1f} s ({result.rate:,.0f} msg/s), "
-                  f"producer id {result.producer_id}, {result.snapshots} audit snapshots")
+    console.print(
+        f"produced {result.produced:,} messages in {result.seconds:.1f} s ({result.rate:,.0f} msg/s), "
+        f"producer id {result.producer_id}, {result.snapshots} audit snapshots"
+    )
 
 
-# ---------------------------------------------------------------------------------------------- audit consumer
+# ------------------------------------------------------------------------------------ audit consumer
 @app.command("audit-consumer")
 def audit_consumer(
     topics: Annotated[list[str], typer.Option("--topics", "-t", help="Monitored topics (repeatable).")],
@@ -171,8 +200,10 @@ def audit_consumer(
     window_ms: Annotated[int, typer.Option(help="Window length, ms (as the producers').")] = 60_000,
     grace_ms: Annotated[int, typer.Option(help="Grace after a window's end before it closes, ms.")] = 30_000,
     commit_interval_ms: Annotated[int, typer.Option(help="Transaction commit interval, ms.")] = 1_000,
-    timeliness: Annotated[list[str] | None, typer.Option(
-        help="Timeliness S per topic, TOPIC=MS (repeatable); slower messages count as stale.")] = None,
+    timeliness: Annotated[
+        list[str] | None,
+        typer.Option(help="Timeliness S per topic, TOPIC=MS (repeatable); slower messages count as stale."),
+    ] = None,
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
     bootstrap_servers: Bootstrap = None,
     x: ExtraProps = None,
@@ -191,8 +222,14 @@ def audit_consumer(
     if instance_id:
         kwargs["instance_id"] = instance_id
     settings = AuditConsumerSettings(
-        cluster=cluster, topics=topics, bootstrap_servers=_bootstrap(bootstrap_servers), window_ms=window_ms,
-        grace_ms=grace_ms, commit_interval_ms=commit_interval_ms, timeliness_ms=s_map, extra_config=_props(x),
+        cluster=cluster,
+        topics=topics,
+        bootstrap_servers=_bootstrap(bootstrap_servers),
+        window_ms=window_ms,
+        grace_ms=grace_ms,
+        commit_interval_ms=commit_interval_ms,
+        timeliness_ms=s_map,
+        extra_config=_props(x),
         **kwargs,
     )
     stop = threading.Event()
@@ -207,8 +244,10 @@ def audit_consumer(
     except KafkaAuditError as exc:
         raise _fail(exc) from exc
     st = consumer.stats
-    console.print(f"stopped: {st.messages:,} messages, {st.transactions} transactions, "
-                  f"{st.snapshots} snapshots, {st.dead_letters} dead letters")
+    console.print(
+        f"stopped: {st.messages:,} messages, {st.transactions} transactions, "
+        f"{st.snapshots} snapshots, {st.dead_letters} dead letters"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- verify
@@ -216,7 +255,9 @@ def audit_consumer(
 def verify(
     topic: Annotated[str, typer.Option(help="Data topic to verify.")],
     window_ms: Annotated[int, typer.Option(help="Window length, ms.")] = 60_000,
-    cluster: Annotated[str | None, typer.Option(help="Also compare the audit consumer of this cluster.")] = None,
+    cluster: Annotated[
+        str | None, typer.Option(help="Also compare the audit consumer of this cluster.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")] = False,
     bootstrap_servers: Bootstrap = None,
 ) -> None:
@@ -232,11 +273,22 @@ def verify(
     mismatches = compare_with_cluster(v, cluster) if cluster else None
     if as_json:
         for (start, pid), row in sorted(v.rows.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
-            print(json.dumps({
-                "topic": topic, "window_start_ms": start, "producer_id": pid, "sent": row.sent,
-                "received": row.received, "unique": row.unique, "duplicated": row.duplicated, "lost": row.lost,
-                "loss_rate": row.loss_rate, "duplicate_rate": row.duplicate_rate,
-            }))
+            print(
+                json.dumps(
+                    {
+                        "topic": topic,
+                        "window_start_ms": start,
+                        "producer_id": pid,
+                        "sent": row.sent,
+                        "received": row.received,
+                        "unique": row.unique,
+                        "duplicated": row.duplicated,
+                        "lost": row.lost,
+                        "loss_rate": row.loss_rate,
+                        "duplicate_rate": row.duplicate_rate,
+                    }
+                )
+            )
     else:
         console.print(verification_table(v, mismatches))
     if mismatches:
@@ -250,7 +302,9 @@ def demo(
     duration: Annotated[float, typer.Option(help="Seconds of load.")] = 60.0,
     rate: Annotated[float, typer.Option(help="Messages/s per producer.")] = 500.0,
     window_ms: Annotated[int, typer.Option(help="Window length, ms.")] = 10_000,
-    data_dir: Annotated[Path, typer.Option(help="Where the demo cluster's data goes (wiped).")] = Path("var/demo"),
+    data_dir: Annotated[Path, typer.Option(help="Where the demo cluster's data goes (wiped).")] = Path(
+        "var/demo"
+    ),
 ) -> None:
     """Start a local Kafka, run three audited producers and the audit consumer, verify every window."""
     from testbed.demo import run_demo
@@ -266,5 +320,3 @@ def demo(
 def main() -> None:  # pragma: no cover - console script entry
     """Console script entry point."""
     app()
-
-

@@ -27,8 +27,12 @@ def connection_config(config: Mapping[str, object]) -> dict[str, object]:
 
 
 def ensure_topic(
-    config: Mapping[str, object], name: str, partitions: int = 3, replication_factor: int = -1,
-    topic_config: Mapping[str, str] | None = None, timeout_s: float = 30.0,
+    config: Mapping[str, object],
+    name: str,
+    partitions: int = 3,
+    replication_factor: int = -1,
+    topic_config: Mapping[str, str] | None = None,
+    timeout_s: float = 30.0,
 ) -> None:
     """Create ``name`` unless it exists.
 
@@ -46,7 +50,8 @@ def ensure_topic(
     admin = AdminClient({**connection_config(config), "log_level": 0})
     futures = admin.create_topics(
         [NewTopic(name, partitions, replication_factor, config=dict(topic_config or {}))],
-        operation_timeout=timeout_s, request_timeout=timeout_s,
+        operation_timeout=timeout_s,
+        request_timeout=timeout_s,
     )
     try:
         futures[name].result(timeout=timeout_s)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 def loss_rate(sent: int, unique: int) -> float | None:
-    """R_l = (sent - unique) / sent; None if ``sent`` is 0. Unique > sent (unaudited extras) counts as 0 loss."""
+    """R_l = (sent - unique) / sent; None if ``sent`` is 0; unique > sent counts as no loss."""
     if sent <= 0:
         return None
     return max(0, sent - unique) / sent

@@ -51,21 +51,34 @@ def run_demo(console: Console, duration_s: float, rate: float, window_ms: int, d
         for t in topics:
             ensure_topic(config, t, partitions=3)
         settings = AuditConsumerSettings(
-            cluster=CLUSTER, topics=topics, bootstrap_servers=cluster.bootstrap_servers, window_ms=window_ms,
-            grace_ms=5_000, instance_id="demo", default_timeliness_ms=1_000,
+            cluster=CLUSTER,
+            topics=topics,
+            bootstrap_servers=cluster.bootstrap_servers,
+            window_ms=window_ms,
+            grace_ms=5_000,
+            instance_id="demo",
+            default_timeliness_ms=1_000,
         )
         consumer = AuditConsumer(settings)
-        consumer_thread = threading.Thread(target=consumer.run, args=(stop,), name="audit-consumer", daemon=True)
+        consumer_thread = threading.Thread(
+            target=consumer.run, args=(stop,), name="audit-consumer", daemon=True
+        )
         consumer_thread.start()
-        console.print(f"audit consumer running (tier cluster:{CLUSTER}, {window_ms // 1000} s windows); "
-                      f"producing {rate:.0f} msg/s per profile for {duration_s:.0f} s ...")
-        audit = ProducerAuditSettings(window_ms=window_ms, grace_ms=2_000, snapshot_interval_ms=2_000,
-                                      delivery_reports="errors")
+        console.print(
+            f"audit consumer running (tier cluster:{CLUSTER}, {window_ms // 1000} s windows); "
+            f"producing {rate:.0f} msg/s per profile for {duration_s:.0f} s ..."
+        )
+        audit = ProducerAuditSettings(
+            window_ms=window_ms, grace_ms=2_000, snapshot_interval_ms=2_000, delivery_reports="errors"
+        )
         loads = []
         for i, (profile, topic) in enumerate(zip(PROFILES, topics, strict=True)):
             cfg = {**config, "client.id": f"demo-{profile}", "acks": "1", "linger.ms": 5}
-            th = threading.Thread(target=lambda c=cfg, t=topic, p=profile, s=i: loads.append(
-                run_load(c, t, p, rate=rate, duration_s=duration_s, audit=audit, seed=s)))
+            th = threading.Thread(
+                target=lambda c=cfg, t=topic, p=profile, s=i: loads.append(
+                    run_load(c, t, p, rate=rate, duration_s=duration_s, audit=audit, seed=s)
+                )
+            )
             th.start()
             loads.append(th)
         for th in [x for x in loads if isinstance(x, threading.Thread)]:
@@ -85,10 +98,14 @@ def run_demo(console: Console, duration_s: float, rate: float, window_ms: int, d
             console.print(verification_table(v, mismatches))
             all_exact &= not mismatches
         st = consumer.stats
-        console.print(f"audit consumer: {st.messages:,} messages, {st.transactions} transactions, "
-                      f"{st.snapshots} snapshots, {st.dead_letters} dead letters")
+        console.print(
+            f"audit consumer: {st.messages:,} messages, {st.transactions} transactions, "
+            f"{st.snapshots} snapshots, {st.dead_letters} dead letters"
+        )
         if all_exact:
-            console.print("[bold green]every window: audit consumer counts == verifier ground truth (exact)[/]")
+            console.print(
+                "[bold green]every window: audit consumer counts == verifier ground truth (exact)[/]"
+            )
         else:
             console.print("[bold red]some windows differ from the ground truth[/]")
         return all_exact

@@ -105,7 +105,9 @@ class KafkaCluster:
 
     # ---------------------------------------------------------------- construction and state
     @classmethod
-    def create(cls, data_dir: Path, brokers: int = 1, base_port: int | None = None, heap_mb: int = 768) -> KafkaCluster:
+    def create(
+        cls, data_dir: Path, brokers: int = 1, base_port: int | None = None, heap_mb: int = 768
+    ) -> KafkaCluster:
         """Plan a new cluster (nothing is started).
 
         Args:
@@ -145,7 +147,11 @@ class KafkaCluster:
 
     def _save(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        data = {"cluster_id": self.cluster_id, "heap_mb": self.heap_mb, "nodes": [asdict(n) for n in self.nodes]}
+        data = {
+            "cluster_id": self.cluster_id,
+            "heap_mb": self.heap_mb,
+            "nodes": [asdict(n) for n in self.nodes],
+        }
         (self.data_dir / "cluster.json").write_text(json.dumps(data, indent=2))
 
     @property
@@ -204,9 +210,16 @@ class KafkaCluster:
     def _java(self, main: str, *args: str, heap_mb: int = 256) -> list[str]:
         log4j = resources.files("testbed").joinpath("log4j2.properties")
         return [
-            java_executable(), f"-Xmx{heap_mb}m", f"-Xms{min(heap_mb, 256)}m", "-XX:+UseG1GC",
-            "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log4j}",
-            "-cp", classpath("kafka"), main, *args,
+            java_executable(),
+            f"-Xmx{heap_mb}m",
+            f"-Xms{min(heap_mb, 256)}m",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log4j}",
+            "-cp",
+            classpath("kafka"),
+            main,
+            *args,
         ]
 
     # ---------------------------------------------------------------- lifecycle
@@ -234,10 +247,14 @@ class KafkaCluster:
             if not (ndir / "data" / "meta.properties").exists():
                 fmt = subprocess.run(
                     self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(props)),
-                    capture_output=True, text=True, check=False,
+                    capture_output=True,
+                    text=True,
+                    check=False,
                 )
                 if fmt.returncode != 0:
-                    raise ClusterError(f"kafka storage format failed for node {node.node_id}: {fmt.stderr or fmt.stdout}")
+                    raise ClusterError(
+                        f"kafka storage format failed for node {node.node_id}: {fmt.stderr or fmt.stdout}"
+                    )
         for node in self.nodes:
             self._launch(node)
         self._save()
@@ -252,7 +269,10 @@ class KafkaCluster:
         with open(ndir / "server.log", "ab") as log:
             proc = subprocess.Popen(
                 self._java("kafka.Kafka", str(ndir / "server.properties"), heap_mb=self.heap_mb),
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
         node.pid = proc.pid
         self._procs[proc.pid] = proc
@@ -319,8 +339,11 @@ class KafkaCluster:
         """One dict per node: id, ports, pid, running."""
         return [
             {
-                "node": n.node_id, "broker": f"{HOST}:{n.broker_port}", "controller": f"{HOST}:{n.controller_port}",
-                "pid": n.pid, "running": n.pid is not None and _pid_alive(n.pid),
+                "node": n.node_id,
+                "broker": f"{HOST}:{n.broker_port}",
+                "controller": f"{HOST}:{n.controller_port}",
+                "pid": n.pid,
+                "running": n.pid is not None and _pid_alive(n.pid),
             }
             for n in self.nodes
         ]

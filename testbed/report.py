@@ -27,7 +27,9 @@ class Mismatch:
     truth: int
 
 
-def cluster_counts(table: SnapshotTable, cluster: str, topic: str) -> dict[tuple[int, str | None], dict[str, int]]:
+def cluster_counts(
+    table: SnapshotTable, cluster: str, topic: str
+) -> dict[tuple[int, str | None], dict[str, int]]:
     """Sum the newest cluster-tier snapshots over partitions, per (window, producer id)."""
     out: dict[tuple[int, str | None], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     rec: AuditRecord
@@ -47,7 +49,9 @@ def compare_with_cluster(v: Verification, cluster: str) -> list[Mismatch]:
     assert v.audit_log is not None
     audited = cluster_counts(v.audit_log, cluster, v.topic)
     out = []
-    for key in sorted(set(audited) | {k for k, r in v.rows.items() if r.received}, key=lambda k: (k[0], k[1] or "")):
+    for key in sorted(
+        set(audited) | {k for k, r in v.rows.items() if r.received}, key=lambda k: (k[0], k[1] or "")
+    ):
         truth = v.rows.get(key)
         got = audited.get(key, {})
         for name in COMPARED:
@@ -64,10 +68,20 @@ def _fmt_rate(x: float | None) -> str:
 
 
 def verification_table(v: Verification, mismatches: list[Mismatch] | None = None) -> Table:
-    """A rich table of the verifier's per-window totals (and whether the audit consumer agrees)."""
+    """Build a rich table of the verifier's per-window totals (and whether the audit consumer agrees)."""
     bad = {(m.window_start_ms) for m in mismatches or []}
     table = Table(title=f"{v.topic}: ground truth per window ({v.window_ms // 1000} s windows)")
-    for col in ("window (UTC)", "producers", "sent", "received", "unique", "duplicated", "lost", "R_l", "R_d"):
+    for col in (
+        "window (UTC)",
+        "producers",
+        "sent",
+        "received",
+        "unique",
+        "duplicated",
+        "lost",
+        "R_l",
+        "R_d",
+    ):
         table.add_column(col, justify="right")
     if mismatches is not None:
         table.add_column("audit consumer", justify="center")
@@ -81,9 +95,15 @@ def verification_table(v: Verification, mismatches: list[Mismatch] | None = None
         unique = sum(r.unique for r in rows)
         dup = sum(r.duplicated for r in rows)
         cells = [
-            datetime.fromtimestamp(start / 1000, UTC).strftime("%H:%M:%S"), str(len(rows)), f"{sent:,}",
-            f"{sum(r.received for r in rows):,}", f"{unique:,}", f"{dup:,}", f"{sum(r.lost for r in rows):,}",
-            _fmt_rate(loss_rate(sent, unique)), _fmt_rate(duplicate_rate(sent, dup)),
+            datetime.fromtimestamp(start / 1000, UTC).strftime("%H:%M:%S"),
+            str(len(rows)),
+            f"{sent:,}",
+            f"{sum(r.received for r in rows):,}",
+            f"{unique:,}",
+            f"{dup:,}",
+            f"{sum(r.lost for r in rows):,}",
+            _fmt_rate(loss_rate(sent, unique)),
+            _fmt_rate(duplicate_rate(sent, dup)),
         ]
         if mismatches is not None:
             cells.append("[red]differs[/]" if start in bad else "[green]exact[/]")

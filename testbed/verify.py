@@ -51,7 +51,7 @@ class WindowTruth:
 
     @property
     def lost(self) -> int:
-        """sent - unique, floored at 0."""
+        """Sent - unique, floored at 0."""
         return max(0, self.sent - self.unique)
 
     @property
@@ -78,10 +78,15 @@ class Verification:
 
 
 def _read_topic(config: Mapping[str, object], topic: str, timeout_s: float) -> Consumer:
-    consumer = Consumer({
-        **config, "group.id": "kafka-audit.verify", "enable.auto.commit": False,
-        "enable.partition.eof": True, "isolation.level": "read_uncommitted",
-    })
+    consumer = Consumer(
+        {
+            **config,
+            "group.id": "kafka-audit.verify",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_uncommitted",
+        }
+    )
     md = consumer.list_topics(topic, timeout=10).topics.get(topic)
     if md is None or md.error is not None:
         consumer.close()
@@ -91,7 +96,10 @@ def _read_topic(config: Mapping[str, object], topic: str, timeout_s: float) -> C
 
 
 def verify_topic(
-    config: Mapping[str, object], topic: str, window_ms: int, audit_topic: str = "__kafka_audit",
+    config: Mapping[str, object],
+    topic: str,
+    window_ms: int,
+    audit_topic: str = "__kafka_audit",
     timeout_s: float = 300.0,
 ) -> Verification:
     """Count the ground truth of ``topic`` per (window, producer).
@@ -157,7 +165,8 @@ def verify_topic(
         if rec.last_sequence is not None and row.sequences and max(row.sequences) > rec.last_sequence:
             raise MalformedRecordError(
                 "inconsistent_counts",
-                f"producer {rec.producer_id} window {rec.window_start_ms}: sequence {max(row.sequences)} found "
+                f"producer {rec.producer_id} window {rec.window_start_ms}: "
+                f"sequence {max(row.sequences)} found "
                 f"beyond the last it reports ({rec.last_sequence})",
             )
     return result

@@ -28,10 +28,18 @@ def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, interval
         time.sleep(interval_s)
 
 
-def consumer_settings(bootstrap: str, topics: list[str], audit_topics: dict[str, str], **kw: Any) -> AuditConsumerSettings:
+def consumer_settings(
+    bootstrap: str, topics: list[str], audit_topics: dict[str, str], **kw: Any
+) -> AuditConsumerSettings:
     base: dict[str, Any] = {
-        "cluster": CLUSTER, "topics": topics, "bootstrap_servers": bootstrap, "window_ms": 5_000,
-        "grace_ms": 2_000, "commit_interval_ms": 500, "instance_id": "t0", "group_id": f"g.{audit_topics['state_topic']}",
+        "cluster": CLUSTER,
+        "topics": topics,
+        "bootstrap_servers": bootstrap,
+        "window_ms": 5_000,
+        "grace_ms": 2_000,
+        "commit_interval_ms": 500,
+        "instance_id": "t0",
+        "group_id": f"g.{audit_topics['state_topic']}",
         **audit_topics,
     }
     base.update(kw)
@@ -63,7 +71,7 @@ def running_consumer(settings: AuditConsumerSettings) -> Iterator[AuditConsumer]
 
 
 def all_windows_final(config: dict[str, str], topic: str, audit_topic: str) -> bool:
-    """True when every producer window of ``topic`` has a final cluster-tier snapshot for every partition seen."""
+    """True when every producer window of ``topic`` has final cluster-tier snapshots only."""
     log = read_audit_log(config, audit_topic)
     produced = {r.window_start_ms for r in log.tier(PRODUCER_TIER) if r.topic == topic}
     cluster = [r for r in log.tier(cluster_tier(CLUSTER)) if r.topic == topic]

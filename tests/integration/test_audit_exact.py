@@ -9,8 +9,7 @@ from confluent_kafka import Producer
 
 from audit_producer import AuditedProducer, ProducerAuditSettings
 from audit_producer.load import run_load
-from audit_record import cluster_tier
-from audit_record import stamp
+from audit_record import cluster_tier, stamp
 from audit_record.reader import read_audit_log
 from audit_record.stamp import STAMP_HEADER
 from testbed.report import cluster_counts, compare_with_cluster
@@ -23,15 +22,31 @@ pytestmark = pytest.mark.integration
 
 @pytest.mark.slow
 def test_200k_messages_three_producers_counts_equal_verifier(kconfig, bootstrap, topic, audit_topics):
-    audit = ProducerAuditSettings(window_ms=5_000, grace_ms=1_000, snapshot_interval_ms=1_000,
-                                  audit_topic=audit_topics["audit_topic"], delivery_reports="errors")
+    audit = ProducerAuditSettings(
+        window_ms=5_000,
+        grace_ms=1_000,
+        snapshot_interval_ms=1_000,
+        audit_topic=audit_topics["audit_topic"],
+        delivery_reports="errors",
+    )
     per_producer = [66_667, 66_667, 66_666]
     with running_consumer(consumer_settings(bootstrap, [topic], audit_topics)) as consumer:
         results = []
         threads = [
-            threading.Thread(target=lambda n=n, i=i: results.append(run_load(
-                {**kconfig, "client.id": f"p{i}", "acks": "all", "linger.ms": 20}, topic,
-                ("social", "weblog", "game")[i], rate=20_000, count=n, duration_s=None, audit=audit, seed=i)))
+            threading.Thread(
+                target=lambda n=n, i=i: results.append(
+                    run_load(
+                        {**kconfig, "client.id": f"p{i}", "acks": "all", "linger.ms": 20},
+                        topic,
+                        ("social", "weblog", "game")[i],
+                        rate=20_000,
+                        count=n,
+                        duration_s=None,
+                        audit=audit,
+                        seed=i,
+                    )
+                )
+            )
             for i, n in enumerate(per_producer)
         ]
         for th in threads:
@@ -54,8 +69,9 @@ def test_200k_messages_three_producers_counts_equal_verifier(kconfig, bootstrap,
 
 
 def test_resent_sequence_numbers_are_duplicates_not_extra_messages(kconfig, bootstrap, topic, audit_topics):
-    audit = ProducerAuditSettings(window_ms=5_000, grace_ms=1_000, snapshot_interval_ms=1_000,
-                                  audit_topic=audit_topics["audit_topic"])
+    audit = ProducerAuditSettings(
+        window_ms=5_000, grace_ms=1_000, snapshot_interval_ms=1_000, audit_topic=audit_topics["audit_topic"]
+    )
     sent: list[tuple[int, int, bytes]] = []  # partition, CreateTime, value of each delivered message
 
     def remember(err, msg):

@@ -29,24 +29,62 @@ pytestmark = pytest.mark.integration
 
 
 def _start_consumer(bootstrap: str, topic: str, audit_topics: dict[str, str], log) -> subprocess.Popen:
-    env = {**os.environ, "KAFKA_AUDIT_CONSUMER_AUDIT_TOPIC": audit_topics["audit_topic"],
-           "KAFKA_AUDIT_CONSUMER_STATE_TOPIC": audit_topics["state_topic"],
-           "KAFKA_AUDIT_CONSUMER_DLQ_TOPIC": audit_topics["dlq_topic"],
-           "KAFKA_AUDIT_CONSUMER_GROUP_ID": f"g.{audit_topics['state_topic']}"}
-    cmd = [sys.executable, "-m", "kafka_audit", "audit-consumer", "-t", topic, "--cluster", CLUSTER,
-           "--instance-id", "crashy", "--window-ms", "5000", "--grace-ms", "2000", "--commit-interval-ms", "300",
-           "-b", bootstrap]
+    env = {
+        **os.environ,
+        "KAFKA_AUDIT_CONSUMER_AUDIT_TOPIC": audit_topics["audit_topic"],
+        "KAFKA_AUDIT_CONSUMER_STATE_TOPIC": audit_topics["state_topic"],
+        "KAFKA_AUDIT_CONSUMER_DLQ_TOPIC": audit_topics["dlq_topic"],
+        "KAFKA_AUDIT_CONSUMER_GROUP_ID": f"g.{audit_topics['state_topic']}",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "kafka_audit",
+        "audit-consumer",
+        "-t",
+        topic,
+        "--cluster",
+        CLUSTER,
+        "--instance-id",
+        "crashy",
+        "--window-ms",
+        "5000",
+        "--grace-ms",
+        "2000",
+        "--commit-interval-ms",
+        "300",
+        "-b",
+        bootstrap,
+    ]
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 @pytest.mark.slow
-def test_sigkill_and_restart_three_times_keeps_counts_exact(kconfig, bootstrap, topic, audit_topics, tmp_path):
-    audit = ProducerAuditSettings(window_ms=5_000, grace_ms=1_000, snapshot_interval_ms=1_000,
-                                  audit_topic=audit_topics["audit_topic"], delivery_reports="errors")
+def test_sigkill_and_restart_three_times_keeps_counts_exact(
+    kconfig, bootstrap, topic, audit_topics, tmp_path
+):
+    audit = ProducerAuditSettings(
+        window_ms=5_000,
+        grace_ms=1_000,
+        snapshot_interval_ms=1_000,
+        audit_topic=audit_topics["audit_topic"],
+        delivery_reports="errors",
+    )
     results = []
-    load = threading.Thread(target=lambda: results.append(run_load(
-        {**kconfig, "client.id": "steady"}, topic, "game", rate=3_000, count=60_000, duration_s=None, audit=audit)))
-    log = open(tmp_path / "consumer.log", "wb")
+    load = threading.Thread(
+        target=lambda: results.append(
+            run_load(
+                {**kconfig, "client.id": "steady"},
+                topic,
+                "game",
+                rate=3_000,
+                count=60_000,
+                duration_s=None,
+                audit=audit,
+            )
+        )
+    )
+    log = open(tmp_path / "consumer.log", "wb")  # noqa: SIM115 - closed in the finally below
     rng = random.Random(7)
     kills = 0
     proc = _start_consumer(bootstrap, topic, audit_topics, log)
@@ -77,17 +115,27 @@ def test_sigkill_and_restart_three_times_keeps_counts_exact(kconfig, bootstrap, 
 def _malformed_audit_values(n: int) -> list[tuple[str, bytes]]:
     rng = random.Random(3)
     out: list[tuple[str, bytes]] = []
-    good = AuditRecord(tier="producer", source="x", producer_id="x@h.1.aa", topic="t", window_start_ms=0,
-                       window_end_ms=5000, sent=10)
+    good = AuditRecord(
+        tier="producer",
+        source="x",
+        producer_id="x@h.1.aa",
+        topic="t",
+        window_start_ms=0,
+        window_end_ms=5000,
+        sent=10,
+    )
     body = good.to_avro()
     for i in range(n):
         kind = i % 4
         if kind == 0:  # random bytes
-            out.append(("bad_magic", bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 200))) or b"\x00"))
+            out.append(
+                ("bad_magic", bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 200))) or b"\x00")
+            )
         elif kind == 1:  # right magic, wrong schema fingerprint
             out.append(("wrong_schema", codec.SINGLE_OBJECT_MAGIC + os.urandom(8) + b"\x02xy"))
         elif kind == 2:  # our schema, negative counts (written without validation)
             import io
+
             buf = io.BytesIO()
             buf.write(codec.SINGLE_OBJECT_MAGIC + codec.fingerprint())
             fastavro.schemaless_writer(buf, codec.schema(), {**body, "sent": -rng.randint(1, 1000)})
@@ -117,14 +165,19 @@ def _read_all(kconfig: dict[str, str], topic: str, expected: int, timeout_s: flo
 
 def test_malformed_records_go_to_dead_letter_topic_and_nothing_stops(kconfig, bootstrap, topic, audit_topics):
     audit_topic, dlq = audit_topics["audit_topic"], audit_topics["dlq_topic"]
-    audit = ProducerAuditSettings(window_ms=5_000, grace_ms=1_000, snapshot_interval_ms=1_000, audit_topic=audit_topic)
+    audit = ProducerAuditSettings(
+        window_ms=5_000, grace_ms=1_000, snapshot_interval_ms=1_000, audit_topic=audit_topic
+    )
     raw = Producer(kconfig)
     bad_audit = _malformed_audit_values(1_000)
     with running_consumer(consumer_settings(bootstrap, [topic], audit_topics)) as consumer:
         # 1,000 data messages with broken audit stamps, interleaved with good audited traffic.
         rng = random.Random(5)
-        good = threading.Thread(target=run_load, args=({**kconfig, "client.id": "good"}, topic, "weblog"),
-                                kwargs={"rate": 2_000, "count": 5_000, "duration_s": None, "audit": audit})
+        good = threading.Thread(
+            target=run_load,
+            args=({**kconfig, "client.id": "good"}, topic, "weblog"),
+            kwargs={"rate": 2_000, "count": 5_000, "duration_s": None, "audit": audit},
+        )
         good.start()
         for i in range(1_000):
             stamp = os.urandom(rng.randint(0, 8)) if i % 2 else b"bad id with spaces" + os.urandom(8)
@@ -153,4 +206,5 @@ def test_malformed_records_go_to_dead_letter_topic_and_nothing_stops(kconfig, bo
     reasons = [dict(m.headers())[REASON_HEADER].decode() for m in letters]
     assert reasons.count("bad_stamp") == 1_000
     assert sorted(m.value() for m in letters if dict(m.headers())[REASON_HEADER] != b"bad_stamp") == sorted(
-        v for _, v in bad_audit)
+        v for _, v in bad_audit
+    )

@@ -3,8 +3,17 @@ from typer.testing import CliRunner
 
 from kafka_audit.cli import app
 
-COMMANDS = [[], ["kafka"], ["kafka", "start"], ["kafka", "status"], ["kafka", "stop"], ["produce"],
-            ["audit-consumer"], ["verify"], ["demo"]]
+COMMANDS = [
+    [],
+    ["kafka"],
+    ["kafka", "start"],
+    ["kafka", "status"],
+    ["kafka", "stop"],
+    ["produce"],
+    ["audit-consumer"],
+    ["verify"],
+    ["demo"],
+]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "root")

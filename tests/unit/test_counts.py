@@ -65,12 +65,17 @@ def test_state_roundtrip_keeps_sequences_counters_and_histograms():
     for b in [*pc.open.values(), *pc.closed.values()]:
         fold_latencies(b, stale_after_ms=500)
     back = decode_state(encode_state("g", pc), 1_000, 500)
-    assert (back.next_offset, back.watermark_ms, back.closed_horizon_ms) == (777, pc.watermark_ms, pc.closed_horizon_ms)
+    assert (back.next_offset, back.watermark_ms, back.closed_horizon_ms) == (
+        777,
+        pc.watermark_ms,
+        pc.closed_horizon_ms,
+    )
     assert back.open.keys() == pc.open.keys() and back.closed.keys() == pc.closed.keys()
     for key, b in pc.closed.items():
         c = back.closed[key]
         assert [c[i] for i in (counts.RECEIVED, counts.DUPLICATED, counts.STALE, counts.BYTES)] == [
-            b[i] for i in (counts.RECEIVED, counts.DUPLICATED, counts.STALE, counts.BYTES)]
+            b[i] for i in (counts.RECEIVED, counts.DUPLICATED, counts.STALE, counts.BYTES)
+        ]
         assert unique_of(key[1], c) == unique_of(key[1], b)
     assert back.closed[(1_000, b"p")][counts.STALE] == sum(1 for s in range(1, 1000, 3) if s > 500)
     # Open windows keep their sequence sets: a re-sent sequence is still a duplicate after a restore.

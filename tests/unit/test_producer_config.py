@@ -10,10 +10,17 @@ from spark_streaming.rates import completeness, duplicate_rate, loss_rate
 
 
 def test_defaults_and_aliases_follow_librdkafka():
-    c = reliability_config({"request.required.acks": 1, "queue.buffering.max.ms": 20, "retries": 3,
-                            "delivery.timeout.ms": 500}, poll_interval_ms=2.0)
+    c = reliability_config(
+        {"request.required.acks": 1, "queue.buffering.max.ms": 20, "retries": 3, "delivery.timeout.ms": 500},
+        poll_interval_ms=2.0,
+    )
     assert (c.acks, c.linger_ms, c.message_send_max_retries, c.message_timeout_ms) == ("1", 20.0, 3, 500)
-    assert (c.batch_num_messages, c.retry_backoff_ms, c.enable_idempotence, c.poll_interval_ms) == (10000, 100, False, 2.0)
+    assert (c.batch_num_messages, c.retry_backoff_ms, c.enable_idempotence, c.poll_interval_ms) == (
+        10000,
+        100,
+        False,
+        2.0,
+    )
     assert reliability_config({}).acks == "all"
     assert reliability_config({"enable.idempotence": "true", "acks": "1"}).acks == "all"
 
@@ -24,11 +31,25 @@ def test_bad_acks_names_the_key_and_the_allowed_values():
 
 
 def test_statistics_are_reduced_to_network_stats_in_ms():
-    doc = {"brokers": {
-        "b1": {"nodeid": 1, "rtt": {"avg": 2000, "p99": 9000, "cnt": 5}, "txretries": 2, "req_timeouts": 1, "txerrs": 0},
-        "b2": {"nodeid": 2, "rtt": {"avg": 4000, "p99": 5000, "cnt": 5}, "txretries": 1, "req_timeouts": 0, "txerrs": 3},
-        "boot": {"nodeid": -1, "rtt": {"avg": 999999, "cnt": 1}, "txretries": 100},
-    }}
+    doc = {
+        "brokers": {
+            "b1": {
+                "nodeid": 1,
+                "rtt": {"avg": 2000, "p99": 9000, "cnt": 5},
+                "txretries": 2,
+                "req_timeouts": 1,
+                "txerrs": 0,
+            },
+            "b2": {
+                "nodeid": 2,
+                "rtt": {"avg": 4000, "p99": 5000, "cnt": 5},
+                "txretries": 1,
+                "req_timeouts": 0,
+                "txerrs": 3,
+            },
+            "boot": {"nodeid": -1, "rtt": {"avg": 999999, "cnt": 1}, "txretries": 100},
+        }
+    }
     s = parse_statistics(json.dumps(doc))
     assert (s.rtt_avg_ms, s.rtt_p99_ms, s.tx_retries, s.request_timeouts, s.tx_errors) == (3.0, 9.0, 3, 1, 3)
     assert parse_statistics("not json").rtt_avg_ms is None
