@@ -128,7 +128,9 @@ class KafkaCluster:
                 nodes.append(Node(i + 1, free_port(), free_port()))
             else:
                 nodes.append(Node(i + 1, base_port + 2 * i, base_port + 2 * i + 1))
-        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cid = "-"
+        while cid.startswith("-"):  # as Kafka's Uuid.randomUuid(): never start with '-' (reads as an option)
+            cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         return cls(data_dir=Path(data_dir), nodes=nodes, cluster_id=cid, heap_mb=heap_mb)
 
     @classmethod
@@ -246,7 +248,7 @@ class KafkaCluster:
             props.write_text(self._properties(node))
             if not (ndir / "data" / "meta.properties").exists():
                 fmt = subprocess.run(
-                    self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(props)),
+                    self._java("kafka.tools.StorageTool", "format", f"--cluster-id={self.cluster_id}", "-c", str(props)),
                     capture_output=True,
                     text=True,
                     check=False,
