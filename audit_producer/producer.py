@@ -14,8 +14,8 @@ trail does not inherit an unreliable data configuration (``acks=0``) under test.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping
+from time import time_ns as _time_ns
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
@@ -31,7 +31,7 @@ from kafka_audit.topics import AUDIT_TOPIC_CONFIG, connection_config, ensure_top
 log = logging.getLogger(__name__)
 
 # Indices into the per-window count list (a list, not an object: this is the per-message hot path).
-_SENT, _ACKED, _FAILED, _BYTES, _FIRST_SEQ, _LAST_SEQ, _LAST_PRODUCE_MONO, _DIRTY = range(8)
+_SENT, _ACKED, _FAILED, _BYTES, _FIRST_SEQ, _LAST_SEQ, _LAST_PRODUCE_MS, _DIRTY = range(8)
 _SETTLE_MARGIN_MS = 2_000
 _CALLBACK_KEYS = ("on_delivery", "delivery.report.cb", "dr_cb", "dr_msg_cb")
 
@@ -95,6 +95,10 @@ class AuditedProducer:
         self._errors_only = mode == "errors"
         self._next_tick_ms = 0
         self._closed = False
+        self._produce = self._producer.produce
+        self._last_topic: str | None = None
+        self._last_start = -1
+        self._last_window: list[int] = []
         self.snapshots_sent = 0
         self.audit_delivery_failures = 0
 
@@ -121,22 +125,21 @@ class AuditedProducer:
             KafkaException: as ``confluent_kafka.Producer.produce``.
         """
         callback = on_delivery or kwargs.pop("callback", None)
-        if callback is not None and self._errors_only:
-            raise ConfigError("per-call on_delivery needs delivery_reports='all' (allowed: 'all', 'errors')")
-        now = time.time_ns() // 1_000_000
+        now = _time_ns() // 1_000_000
         ts = timestamp or now
         seq = self._seq + 1
-        stamp = (STAMP_HEADER, self._prefix + seq.to_bytes(8, "big"))
         if headers is None:
-            hdrs: list[tuple[str, Any]] = [stamp]
+            hdrs: list[tuple[str, Any]] = [(STAMP_HEADER, self._prefix + seq.to_bytes(8, "big"))]
         elif isinstance(headers, dict):
-            hdrs = [stamp, *headers.items()]
+            hdrs = [(STAMP_HEADER, self._prefix + seq.to_bytes(8, "big")), *headers.items()]
         else:
-            hdrs = [stamp, *headers]
+            hdrs = [(STAMP_HEADER, self._prefix + seq.to_bytes(8, "big")), *headers]
         if callback is None:
-            self._producer.produce(topic, value, key, partition, timestamp=ts, headers=hdrs, **kwargs)
+            self._produce(topic, value, key, partition, timestamp=ts, headers=hdrs, **kwargs)
+        elif self._errors_only:
+            raise ConfigError("per-call on_delivery needs delivery_reports='all' (allowed: 'all', 'errors')")
         else:
-            self._producer.produce(
+            self._produce(
                 topic,
                 value,
                 key,
@@ -147,14 +150,20 @@ class AuditedProducer:
                 **kwargs,
             )
         self._seq = seq
-        w = self._windows.get((topic, ts - ts % self._window_ms))
-        if w is None:
-            w = self._windows[(topic, ts - ts % self._window_ms)] = [0, 0, 0, 0, seq, seq, 0, 1]
-        w[_SENT] += 1
-        w[_BYTES] += len(value) if value is not None else 0
-        w[_LAST_SEQ] = seq
-        w[_LAST_PRODUCE_MONO] = now
-        w[_DIRTY] = 1
+        start = ts - ts % self._window_ms
+        if start == self._last_start and topic == self._last_topic:
+            w = self._last_window
+        else:
+            w = self._windows.get((topic, start))
+            if w is None:
+                w = self._windows[(topic, start)] = [0, 0, 0, 0, seq, seq, 0, 1]
+            self._last_topic, self._last_start, self._last_window = topic, start, w
+        w[0] += 1  # _SENT
+        if value is not None:
+            w[3] += len(value)  # _BYTES
+        w[5] = seq  # _LAST_SEQ
+        w[6] = now  # _LAST_PRODUCE_MS
+        w[7] = 1  # _DIRTY
         if now >= self._next_tick_ms:
             self._tick(now)
 
@@ -233,8 +242,7 @@ class AuditedProducer:
         if not self._errors_only:
             return w[_ACKED] + w[_FAILED] >= w[_SENT]
         return (
-            queue_empty
-            or now - w[_LAST_PRODUCE_MONO] > self.reliability.message_timeout_ms + _SETTLE_MARGIN_MS
+            queue_empty or now - w[_LAST_PRODUCE_MS] > self.reliability.message_timeout_ms + _SETTLE_MARGIN_MS
         )
 
     def _tick(self, now: int, close_all: bool = False) -> None:
@@ -255,6 +263,8 @@ class AuditedProducer:
             w[_DIRTY] = 0
             if closing:
                 del self._windows[(topic, start)]
+                if self._last_window is w:
+                    self._last_topic, self._last_start = None, -1
         self._audit_producer.poll(0)
 
     def _emit(self, topic: str, start: int, end: int, w: list[int], final: bool) -> None:

@@ -248,7 +248,13 @@ class KafkaCluster:
             props.write_text(self._properties(node))
             if not (ndir / "data" / "meta.properties").exists():
                 fmt = subprocess.run(
-                    self._java("kafka.tools.StorageTool", "format", f"--cluster-id={self.cluster_id}", "-c", str(props)),
+                    self._java(
+                        "kafka.tools.StorageTool",
+                        "format",
+                        f"--cluster-id={self.cluster_id}",
+                        "-c",
+                        str(props),
+                    ),
                     capture_output=True,
                     text=True,
                     check=False,
