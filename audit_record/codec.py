@@ -23,25 +23,56 @@ _HEADER_LEN = 10
 
 
 @cache
-def schema() -> dict[str, Any]:
-    """Return the parsed audit record schema (``audit_record.avsc``)."""
-    text = resources.files("audit_record").joinpath("audit_record.avsc").read_text()
-    return fastavro.parse_schema(json.loads(text))
+def schema(name: str = "audit_record") -> dict[str, Any]:
+    """Return a parsed schema of this package: ``audit_record`` (default) or ``window_result``."""
+    return fastavro.parse_schema(json.loads(schema_json(name)))
 
 
 @cache
-def schema_json() -> str:
-    """Return the schema as JSON text (for Spark's ``from_avro`` or a schema registry)."""
-    return resources.files("audit_record").joinpath("audit_record.avsc").read_text()
+def schema_json(name: str = "audit_record") -> str:
+    """Return a schema as JSON text (``<name>.avsc``)."""
+    return resources.files("audit_record").joinpath(f"{name}.avsc").read_text()
 
 
 @cache
-def fingerprint() -> bytes:
-    """Return the schema's CRC-64-AVRO fingerprint, 8 bytes little endian."""
+def fingerprint(name: str = "audit_record") -> bytes:
+    """Return a schema's CRC-64-AVRO fingerprint, 8 bytes little endian."""
     hexdigest = fastavro.schema.fingerprint(
-        fastavro.schema.to_parsing_canonical_form(schema()), "CRC-64-AVRO"
+        fastavro.schema.to_parsing_canonical_form(schema(name)), "CRC-64-AVRO"
     )
     return bytes.fromhex(hexdigest)[::-1]
+
+
+def encode_object(name: str, data: dict[str, Any]) -> bytes:
+    """Encode a dict with schema ``name`` as an Avro single object (no validation beyond Avro's)."""
+    buf = io.BytesIO()
+    buf.write(SINGLE_OBJECT_MAGIC)
+    buf.write(fingerprint(name))
+    fastavro.schemaless_writer(buf, schema(name), data)
+    return buf.getvalue()
+
+
+def decode_object(name: str, value: bytes) -> dict[str, Any]:
+    """Decode an Avro single object written with schema ``name``.
+
+    Raises:
+        MalformedRecordError: ``bad_magic``, ``wrong_schema`` or ``undecodable``.
+    """
+    if len(value) < _HEADER_LEN or value[:2] != SINGLE_OBJECT_MAGIC:
+        raise MalformedRecordError("bad_magic", f"not an Avro single object (first bytes {value[:4].hex()})")
+    if value[2:_HEADER_LEN] != fingerprint(name):
+        raise MalformedRecordError(
+            "wrong_schema", f"schema fingerprint {value[2:_HEADER_LEN].hex()} is not {name}"
+        )
+    buf = io.BytesIO(value)
+    buf.seek(_HEADER_LEN)
+    try:
+        data: Any = fastavro.schemaless_reader(buf, schema(name), None)
+    except Exception as exc:  # fastavro raises many types on garbage; all mean the same to us
+        raise MalformedRecordError("undecodable", f"{type(exc).__name__}: {exc}") from exc
+    if buf.tell() != len(value):
+        raise MalformedRecordError("undecodable", f"{len(value) - buf.tell()} trailing bytes")
+    return dict(data)
 
 
 def encode(record: AuditRecord) -> bytes:
@@ -50,12 +81,7 @@ def encode(record: AuditRecord) -> bytes:
     Raises:
         MalformedRecordError: if the record fails :meth:`AuditRecord.validate` (nothing invalid is written).
     """
-    record.validate()
-    buf = io.BytesIO()
-    buf.write(SINGLE_OBJECT_MAGIC)
-    buf.write(fingerprint())
-    fastavro.schemaless_writer(buf, schema(), record.to_avro())
-    return buf.getvalue()
+    return encode_object("audit_record", record.validate().to_avro())
 
 
 def decode(value: bytes | None) -> AuditRecord:
@@ -67,21 +93,9 @@ def decode(value: bytes | None) -> AuditRecord:
     """
     if not value:
         raise MalformedRecordError("empty", "no value")
-    if len(value) < _HEADER_LEN or value[:2] != SINGLE_OBJECT_MAGIC:
-        raise MalformedRecordError("bad_magic", f"not an Avro single object (first bytes {value[:4].hex()})")
-    if value[2:_HEADER_LEN] != fingerprint():
-        raise MalformedRecordError(
-            "wrong_schema", f"schema fingerprint {value[2:_HEADER_LEN].hex()} is not ours"
-        )
-    buf = io.BytesIO(value)
-    buf.seek(_HEADER_LEN)
+    data = decode_object("audit_record", value)
     try:
-        data = fastavro.schemaless_reader(buf, schema(), None)
-        if buf.tell() != len(value):
-            raise ValueError(f"{len(value) - buf.tell()} trailing bytes")
-        record = AuditRecord.from_avro(data)  # type: ignore[arg-type]
-    except MalformedRecordError:
-        raise
-    except Exception as exc:  # fastavro raises many types on garbage; all mean the same to us
+        record = AuditRecord.from_avro(data)
+    except (TypeError, ValueError) as exc:
         raise MalformedRecordError("undecodable", f"{type(exc).__name__}: {exc}") from exc
     return record.validate()

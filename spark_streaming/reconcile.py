@@ -1,0 +1,147 @@
+"""Reconciling one (topic, window): newest snapshot per key, producer tier vs each cluster tier.
+
+Pure Python, no Spark: the Spark job calls it from its stateful operator, the tests call it directly.
+A snapshot is the dict :func:`compact` makes of an :class:`~audit_record.AuditRecord`, plus its place
+in the audit topic (``order = (partition, offset)``); all snapshots of one key share a partition, so
+the higher offset is the newer one (DESIGN.md, invariant 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from audit_record import PRODUCER_TIER, AuditRecord, cluster_tier
+from spark_streaming.rates import completeness, duplicate_rate, loss_rate
+
+PROVISIONAL = "provisional"
+FINAL = "final"
+
+_KEEP = (
+    "tier",
+    "producer_id",
+    "sent",
+    "acknowledged",
+    "failed",
+    "received",
+    "unique",
+    "duplicated",
+    "late",
+    "stale",
+    "unaudited",
+    "latency_p99_ms",
+    "latency_max_ms",
+    "emitted_at_ms",
+)
+
+
+def compact(record: AuditRecord, partition: int, offset: int) -> dict[str, Any]:
+    """Keep what reconciliation needs of a snapshot (a JSON-able dict), with its audit-topic position."""
+    out: dict[str, Any] = {k: getattr(record, k) for k in _KEEP}
+    out["order"] = [partition, offset]
+    if record.producer_config is not None:
+        pc = record.producer_config
+        out["config"] = [
+            pc.acks,
+            pc.enable_idempotence,
+            pc.batch_num_messages,
+            pc.linger_ms,
+            pc.message_timeout_ms,
+            pc.poll_interval_ms,
+        ]
+    if record.network is not None:
+        n = record.network
+        out["network"] = [n.rtt_avg_ms, n.tx_retries, n.request_timeouts]
+    return out
+
+
+def merge(state: dict[str, dict[str, Any]], key: str, snapshot: dict[str, Any]) -> bool:
+    """Keep ``snapshot`` under ``key`` if it is newer than the one held; return True if it was kept."""
+    held = state.get(key)
+    if held is not None and tuple(held["order"]) >= tuple(snapshot["order"]):
+        return False
+    state[key] = snapshot
+    return True
+
+
+def reconcile(
+    topic: str,
+    window_start_ms: int,
+    window_end_ms: int,
+    snapshots: Iterable[dict[str, Any]],
+    clusters: Iterable[str],
+    state: str,
+) -> list[dict[str, Any]]:
+    """Return one result row (``window_result.avsc`` fields) per cluster tier for this window.
+
+    Args:
+        topic, window_start_ms, window_end_ms: The window.
+        snapshots: The newest snapshot of every key in the window (see :func:`compact`).
+        clusters: Cluster names expected to audit this topic; a tier seen in the snapshots is added.
+        state: ``provisional`` or ``final``.
+
+    R_l, R_d and completeness follow Eq. 3 over the window (:mod:`spark_streaming.rates`); unique and
+    duplicated count only producers that reported (the rest are ``unaudited_producers``).
+    """
+    snaps = list(snapshots)
+    producers = [s for s in snaps if s["tier"] == PRODUCER_TIER]
+    sent_by: dict[str, int] = {}
+    for s in producers:
+        sent_by[s["producer_id"]] = sent_by.get(s["producer_id"], 0) + s["sent"]
+    tiers = {cluster_tier(c) for c in clusters} | {s["tier"] for s in snaps if s["tier"] != PRODUCER_TIER}
+    sent = sum(s["sent"] for s in producers)
+    main = max(producers, key=lambda s: s["sent"], default=None)
+    config = (main or {}).get("config") or [None] * 6
+    rtts = [s["network"][0] for s in producers if s.get("network") and s["network"][0] is not None]
+    result_at = max((s["emitted_at_ms"] for s in snaps), default=window_end_ms)
+    rows = []
+    for tier in sorted(tiers):
+        mine = [s for s in snaps if s["tier"] == tier]
+        audited = [s for s in mine if s["producer_id"] in sent_by]
+        unique = sum(s["unique"] for s in audited)
+        duplicated = sum(s["duplicated"] for s in audited)
+        p99 = [s["latency_p99_ms"] for s in mine if s["latency_p99_ms"] is not None]
+        lmax = [s["latency_max_ms"] for s in mine if s["latency_max_ms"] is not None]
+        rows.append(
+            {
+                "topic": topic,
+                "window_start_ms": window_start_ms,
+                "window_end_ms": window_end_ms,
+                "tier": tier,
+                "state": state,
+                "sent": sent,
+                "acknowledged": sum(s["acknowledged"] for s in producers),
+                "failed": sum(s["failed"] for s in producers),
+                "received": sum(s["received"] for s in mine),
+                "unique": unique,
+                "duplicated": duplicated,
+                "late": sum(s["late"] for s in mine),
+                "stale": sum(s["stale"] for s in mine),
+                "unaudited": sum(s["unaudited"] for s in mine),
+                "producers": len(sent_by),
+                "unaudited_producers": len(
+                    {s["producer_id"] for s in mine if s["producer_id"]} - set(sent_by)
+                ),
+                "loss_rate": loss_rate(sent, unique),
+                "duplicate_rate": duplicate_rate(sent, duplicated),
+                "completeness": completeness(sent, unique),
+                "latency_p99_ms": max(p99) if p99 else None,
+                "latency_max_ms": max(lmax) if lmax else None,
+                "acks": config[0],
+                "enable_idempotence": config[1],
+                "batch_num_messages": config[2],
+                "linger_ms": config[3],
+                "message_timeout_ms": config[4],
+                "poll_interval_ms": config[5],
+                "rtt_avg_ms": sum(rtts) / len(rtts) if rtts else None,
+                "tx_retries": sum(s["network"][1] for s in producers if s.get("network")),
+                "request_timeouts": sum(s["network"][2] for s in producers if s.get("network")),
+                "result_at_ms": result_at,
+            }
+        )
+    return rows
+
+
+def result_key(row: Mapping[str, Any]) -> str:
+    """Kafka key of a window result: ``topic|window_start_ms|tier`` (a compacted topic keeps the latest)."""
+    return f"{row['topic']}|{row['window_start_ms']}|{row['tier']}"
