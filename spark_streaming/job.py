@@ -1,0 +1,195 @@
+"""The reconciliation job: Kafka source -> decode -> stateful reconcile -> exactly-once sinks.
+
+``ReconciliationJob(settings).start()`` builds a local or cluster Spark session (``spark-sql-kafka``
+jars from the project's pom, no download at run time), starts the streaming query with its checkpoint,
+a heartbeat thread (event time advances while producers are idle) and the sinks. Callers stop it with
+:meth:`ReconciliationJob.stop`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Producer
+
+from audit_record import now_ms
+from kafka_audit.jvm import jars_dir
+from kafka_audit.topics import AUDIT_TOPIC_CONFIG, ensure_topic
+from spark_streaming.decode import DECODED_SCHEMA, HEARTBEAT_KEY, decode_batches
+from spark_streaming.metrics import ResultMetrics
+from spark_streaming.settings import SparkJobSettings
+from spark_streaming.sinks import KafkaResultSink, ParquetResultSink
+from spark_streaming.state import OUTPUT_SCHEMA, STATE_SCHEMA, make_reconciler
+
+log = logging.getLogger(__name__)
+ResultListener = Callable[[int, list[dict[str, Any]]], None]
+_CONNECTOR_JARS = ("spark-sql-kafka", "spark-token-provider-kafka", "kafka-clients", "commons-pool2")
+
+
+def connector_jars() -> list[str]:
+    """The Kafka connector jars Spark needs beyond what pyspark ships (from ``jars-spark``)."""
+    return sorted(str(p) for p in jars_dir("spark").glob("*.jar") if p.name.startswith(_CONNECTOR_JARS))
+
+
+def spark_session(master: str, shuffle_partitions: int, app_name: str = "kafka-audit") -> Any:
+    """Create (or get) the Spark session with the connector jars and settings that stop cleanly."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this venv's pandas, fastavro
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.jars", ",".join(connector_jars()))
+        .config("spark.driver.extraJavaOptions", "-Xss16m")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+class ReconciliationJob:
+    """One running reconciliation query and its sinks.
+
+    Args:
+        settings: See :class:`SparkJobSettings`.
+        listeners: Called on the driver with ``(batch_id, result rows)`` after each batch is written.
+    """
+
+    def __init__(self, settings: SparkJobSettings, listeners: list[ResultListener] | None = None) -> None:
+        self.s = settings
+        self.listeners = list(listeners or [])
+        self.kconf: dict[str, Any] = {"bootstrap.servers": settings.bootstrap_servers, **settings.extra_config}
+        self.metrics = ResultMetrics()
+        self.query: Any = None
+        self.spark: Any = None
+        self.batches_written = 0
+        self.last_batch_ms = 0.0
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+        self._kafka_sink: KafkaResultSink | None = None
+        self._parquet = ParquetResultSink(settings.parquet_dir)
+
+    # ---------------------------------------------------------------- per micro-batch (driver)
+    def _on_batch(self, df: Any, batch_id: int) -> None:
+        t0 = time.monotonic()
+        rows = [r.asDict() for r in df.collect()]
+        results = [r for r in rows if r["kind"] == "result"]
+        dead = [r for r in rows if r["kind"] == "dead_letter"]
+        late = [r for r in rows if r["kind"] == "late"]
+        assert self._kafka_sink is not None
+        written = self._kafka_sink.write(batch_id, results, dead)
+        self._parquet.write(batch_id, results)
+        if written:
+            self.metrics.observe(results, dead, late)
+            for listener in self.listeners:
+                listener(batch_id, results)
+        self.batches_written += 1
+        self.last_batch_ms = (time.monotonic() - t0) * 1000
+        self.metrics.batch.observe(time.monotonic() - t0)
+
+    def _beat(self) -> None:
+        producer = Producer({**self.kconf, "linger.ms": 0, "acks": "all"})
+        interval = self.s.heartbeat_ms / 1000
+        while not self._stop.wait(interval):
+            producer.produce(self.s.audit_topic, b"", HEARTBEAT_KEY, timestamp=now_ms())
+            producer.poll(0)
+        producer.flush(5)
+        producer.close()
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        """Start the Spark session, the sinks, the heartbeat and the streaming query."""
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
+        s = self.s
+        ensure_topic(self.kconf, s.audit_topic, 3, topic_config=AUDIT_TOPIC_CONFIG)
+        self._kafka_sink = KafkaResultSink(self.kconf, s.results_topic, s.dlq_topic, s.commits_topic, s.query_name)
+        if s.metrics_port:
+            self.metrics.serve(s.metrics_port)
+        self.spark = spark_session(s.master, s.shuffle_partitions)
+        reader = (
+            self.spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", s.bootstrap_servers)
+            .option("subscribe", s.audit_topic)
+            .option("startingOffsets", "earliest")
+            .option("kafka.isolation.level", "read_committed")
+            .option("failOnDataLoss", "false")
+        )
+        for k, v in s.extra_config.items():
+            reader = reader.option(f"kafka.{k}", v)
+        decoded = reader.load().select("key", "value", "partition", "offset", "timestamp").mapInPandas(
+            decode_batches, DECODED_SCHEMA
+        )
+        results = (
+            decoded.withWatermark("event_time", f"{s.watermark_delay_ms} milliseconds")
+            .groupBy("g_topic", "g_window")
+            .applyInPandasWithState(
+                make_reconciler(list(s.clusters), s.grace_ms), OUTPUT_SCHEMA, STATE_SCHEMA, "update",
+                GroupStateTimeout.EventTimeTimeout,
+            )
+        )
+        self.query = (
+            results.writeStream.queryName(s.query_name)
+            .foreachBatch(self._on_batch)
+            .option("checkpointLocation", str(s.checkpoint_dir))
+            .trigger(processingTime=f"{s.trigger_ms} milliseconds")
+            .outputMode("update")
+            .start()
+        )
+        if s.heartbeat_ms:
+            self._heartbeat = threading.Thread(target=self._beat, name="audit-heartbeat", daemon=True)
+            self._heartbeat.start()
+
+    def progress(self) -> dict[str, Any]:
+        """Return the watermark, lag and dropped-row count from Spark's last progress (and update metrics)."""
+        p = self.query.lastProgress if self.query is not None else None
+        out: dict[str, Any] = {"batches": self.batches_written, "batch_ms": self.last_batch_ms}
+        if not p:
+            return out
+        wm = (p.get("eventTime") or {}).get("watermark")
+        if wm:
+            from datetime import datetime
+
+            wm_ms = datetime.fromisoformat(wm.replace("Z", "+00:00")).timestamp() * 1000
+            out["watermark_ms"] = wm_ms
+            out["lag_s"] = max(0.0, (now_ms() - wm_ms) / 1000)
+            self.metrics.lag.set(out["lag_s"])
+        ops = p.get("stateOperators") or []
+        dropped = sum(op.get("numRowsDroppedByWatermark", 0) for op in ops)
+        out["dropped_by_watermark"] = dropped
+        out["state_rows"] = sum(op.get("numRowsTotal", 0) for op in ops)
+        self.metrics.dropped.set(dropped)
+        return out
+
+    def stop(self) -> None:
+        """Stop the query (finishing the running batch), the heartbeat and the sinks."""
+        self._stop.set()
+        if self.query is not None:
+            try:
+                self.query.stop()
+            except Exception:  # a query that already failed raises its error again on stop
+                log.warning("query stop raised", exc_info=True)
+        if self._heartbeat is not None:
+            self._heartbeat.join(10)
+        if self._kafka_sink is not None:
+            self._kafka_sink.close()
+
+    def exception(self) -> Any:
+        """The query's failure, if it failed."""
+        return self.query.exception() if self.query is not None else None

@@ -1,0 +1,139 @@
+"""Exactly-once sinks for the reconciliation job, called from ``foreachBatch``.
+
+Spark's own Kafka sink is at-least-once, so the job writes its micro-batch output itself:
+
+* **Kafka**: results (Avro WindowResult, keyed ``topic|window|tier``) and dead letters go in one
+  transaction together with a marker ``query name -> batch id`` in a compacted commits topic. A batch
+  whose id is not above the last committed marker (a batch Spark re-runs after a crash) is skipped.
+* **Parquet**: one file per (batch id, date), written to a temporary name and renamed, so a re-run
+  batch overwrites its own file with the same rows. Partitioned by ``date=YYYY-MM-DD`` (window start, UTC).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from audit_record.codec import encode_object
+from audit_record.dead_letter import DeadLetter
+from kafka_audit.errors import KafkaAuditError
+from kafka_audit.topics import AUDIT_TOPIC_CONFIG, STATE_TOPIC_CONFIG, ensure_topic
+from spark_streaming.reconcile import result_key
+from spark_streaming.state import RESULT_COLUMNS
+
+COMPONENT = "spark"
+_ARROW_TYPES = {"string": pa.string(), "long": pa.int64(), "int": pa.int32(), "double": pa.float64(),
+                "boolean": pa.bool_()}
+PARQUET_SCHEMA = pa.schema([(n, _ARROW_TYPES[t]) for n, t in RESULT_COLUMNS])
+
+
+class SinkError(KafkaAuditError):
+    """A sink could not write a micro-batch (the batch fails and Spark retries it)."""
+
+
+class KafkaResultSink:
+    """Transactional writer of results and dead letters, idempotent per micro-batch id.
+
+    Args:
+        config: librdkafka connection config.
+        results_topic, dlq_topic, commits_topic: Topics (created if missing; results and commits compacted).
+        query_name: Names the ``transactional.id`` and the marker key.
+    """
+
+    def __init__(self, config: dict[str, Any], results_topic: str, dlq_topic: str, commits_topic: str,
+                 query_name: str) -> None:
+        self.config = config
+        self.results_topic, self.dlq_topic, self.commits_topic = results_topic, dlq_topic, commits_topic
+        self.query_name = query_name
+        ensure_topic(config, results_topic, 3, topic_config=AUDIT_TOPIC_CONFIG)
+        ensure_topic(config, commits_topic, 1, topic_config=STATE_TOPIC_CONFIG)
+        ensure_topic(config, dlq_topic, 1)
+        self._producer = Producer({**config, "transactional.id": f"kafka-audit.spark.{query_name}",
+                                   "transaction.timeout.ms": 60_000, "linger.ms": 10})
+        self._producer.init_transactions(60)  # also aborts a transaction a killed driver left open
+        self.last_batch = self._read_marker()
+
+    def _read_marker(self) -> int:
+        c = Consumer({**self.config, "group.id": f"{self.query_name}.marker", "enable.auto.commit": False,
+                      "isolation.level": "read_committed", "enable.partition.eof": True})
+        last = -1
+        try:
+            c.assign([TopicPartition(self.commits_topic, 0, OFFSET_BEGINNING)])
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                msgs = c.consume(500, 0.5)
+                if any(m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF for m in msgs):
+                    break
+                for m in msgs:
+                    if m.error() is None and m.key() == self.query_name.encode():
+                        last = int(m.value())
+            else:
+                raise SinkError(f"commits topic {self.commits_topic} not readable to its end in 60 s")
+        finally:
+            c.close()
+        return last
+
+    def write(self, batch_id: int, results: list[dict[str, Any]], dead: list[dict[str, Any]]) -> bool:
+        """Write one micro-batch in one transaction; return False if it was already written.
+
+        Raises:
+            SinkError: if the transaction fails (Spark then fails the batch and retries it).
+        """
+        if batch_id <= self.last_batch:
+            return False
+        p = self._producer
+        try:
+            p.begin_transaction()
+            for row in results:
+                value = encode_object("window_result", {n: row[n] for n, _ in RESULT_COLUMNS})
+                p.produce(self.results_topic, value, result_key(row).encode(), timestamp=int(row["result_at_ms"]))
+            for d in dead:
+                dl = DeadLetter(COMPONENT, d["reason"], d["detail"] or "", "audit", int(d["src_partition"]),
+                                int(d["src_offset"]), d["raw_key"], d["raw_value"])
+                p.produce(self.dlq_topic, dl.value, dl.key, headers=dl.headers())
+            p.produce(self.commits_topic, str(batch_id).encode(), self.query_name.encode())
+            p.commit_transaction(60)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if not err.fatal():
+                p.abort_transaction(30)
+            raise SinkError(f"writing batch {batch_id} failed: {err.str()}") from exc
+        self.last_batch = batch_id
+        return True
+
+    def close(self) -> None:
+        """Flush and close the transactional producer."""
+        self._producer.close()
+
+
+class ParquetResultSink:
+    """Writes result rows to ``<root>/date=YYYY-MM-DD/batch-<id>.parquet`` (atomic rename, idempotent)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def write(self, batch_id: int, results: list[dict[str, Any]]) -> list[Path]:
+        """Write the batch's rows, one file per date; return the files written."""
+        by_date: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in results:
+            day = datetime.fromtimestamp(row["window_start_ms"] / 1000, UTC).strftime("%Y-%m-%d")
+            by_date[day].append(row)
+        written = []
+        for day, rows in by_date.items():
+            folder = self.root / f"date={day}"
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"batch-{batch_id:012d}.parquet"
+            tmp = folder / f".batch-{batch_id:012d}.parquet.tmp"
+            table = pa.Table.from_pylist([{n: r[n] for n, _ in RESULT_COLUMNS} for r in rows], schema=PARQUET_SCHEMA)
+            pq.write_table(table, tmp)
+            os.replace(tmp, path)
+            written.append(path)
+        return written
