@@ -317,6 +317,159 @@ def demo(
     raise typer.Exit(0 if ok else 1)
 
 
+# ---------------------------------------------------------------------------------------------- spark job
+@app.command("spark-job")
+def spark_job(
+    checkpoint_dir: Annotated[
+        Path, typer.Option(help="Spark checkpoint (resume from it after a crash).")
+    ] = Path("var/spark/checkpoint"),
+    parquet_dir: Annotated[Path, typer.Option(help="Parquet results root.")] = Path("var/spark/results"),
+    cluster: Annotated[list[str] | None, typer.Option(help="Expected cluster name(s) (repeatable).")] = None,
+    master: Annotated[str, typer.Option(help="Spark master URL.")] = "local[2]",
+    trigger_ms: Annotated[int, typer.Option(help="Micro-batch trigger interval, ms.")] = 5_000,
+    grace_ms: Annotated[
+        int, typer.Option(help="Window final after watermark passes end + grace, ms.")
+    ] = 60_000,
+    watermark_delay_ms: Annotated[int, typer.Option(help="Watermark delay on snapshot time, ms.")] = 10_000,
+    results_topic: Annotated[
+        str, typer.Option(help="Results topic (Avro WindowResult).")
+    ] = "__kafka_audit_results",
+    query_name: Annotated[str, typer.Option(help="Query name (names the sinks' transactional id).")] = (
+        "kafka-audit-reconciliation"
+    ),
+    metrics_port: Annotated[int, typer.Option(help="Prometheus exporter port on 127.0.0.1 (0 = none).")] = 0,
+    bootstrap_servers: Bootstrap = None,
+) -> None:
+    """Run only the Spark reconciliation job (audit topic -> results topic, Parquet, Prometheus)."""
+    from spark_streaming.job import ReconciliationJob
+    from spark_streaming.settings import SparkJobSettings
+
+    settings = SparkJobSettings(
+        bootstrap_servers=_bootstrap(bootstrap_servers),
+        master=master,
+        checkpoint_dir=checkpoint_dir,
+        parquet_dir=parquet_dir,
+        clusters=cluster or ["local"],
+        trigger_ms=trigger_ms,
+        grace_ms=grace_ms,
+        watermark_delay_ms=watermark_delay_ms,
+        results_topic=results_topic,
+        query_name=query_name,
+        metrics_port=metrics_port,
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    job = ReconciliationJob(
+        settings,
+        listeners=[
+            lambda b, rows: console.print(
+                f"batch {b}: {sum(r['state'] == 'final' for r in rows)} final, "
+                f"{sum(r['state'] != 'final' for r in rows)} provisional window result(s)"
+            )
+        ],
+    )
+    job.start()
+    console.print(f"reconciliation job running ({master}); checkpoint {checkpoint_dir}")
+    try:
+        while not stop.wait(1.0):
+            if job.exception() is not None:
+                raise _fail(KafkaAuditError(f"Spark query failed: {job.exception()}"))
+    finally:
+        job.stop()
+
+
+# ---------------------------------------------------------------------------------------------- up / status
+@app.command()
+def up(
+    config: Annotated[
+        Path | None, typer.Option(help="Config file (.toml or .yaml) with UpSettings keys.")
+    ] = None,
+    scenario: Annotated[str | None, typer.Option(help="Audited load: social, weblog or game.")] = None,
+    duration: Annotated[
+        float | None, typer.Option(help="Seconds of load; then stop once its windows are final.")
+    ] = (None),
+    rate: Annotated[float | None, typer.Option(help="Load rate, messages/s.")] = None,
+    window_ms: Annotated[int | None, typer.Option(help="Audit window length, ms.")] = None,
+    master: Annotated[str | None, typer.Option(help="Spark master (default local[2]).")] = None,
+    brokers: Annotated[int | None, typer.Option(help="Local cluster size: 1 or 3.")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="State directory (Kafka data, checkpoint, Parquet).")
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option(help="Write every final window result as JSON lines.")
+    ] = None,
+    bootstrap_servers: Annotated[
+        str | None,
+        typer.Option("--bootstrap-servers", "-b", help="Use this cluster instead of starting a local one."),
+    ] = None,
+    x: ExtraProps = None,
+) -> None:
+    """Run the whole platform: Kafka (local unless -b), audit consumer, Spark job, load; live table."""
+    from kafka_audit.platform import Platform, results_table
+    from kafka_audit.up_settings import load_up_settings
+
+    try:
+        settings = load_up_settings(
+            config,
+            scenario=scenario,
+            duration_s=duration,
+            rate=rate,
+            window_ms=window_ms,
+            master=master,
+            brokers=brokers,
+            data_dir=data_dir,
+            bootstrap_servers=bootstrap_servers,
+            producer_config=_props(x) or None,
+        )
+    except (KafkaAuditError, ValueError) as exc:
+        raise _fail(exc) from exc
+    out = open(json_out, "a") if json_out else None  # noqa: SIM115 - closed in the finally below
+    platform = Platform(settings, console, out)
+    signal.signal(signal.SIGINT, lambda *_: platform.stop_event.set())
+    signal.signal(signal.SIGTERM, lambda *_: platform.stop_event.set())
+    logging.basicConfig(level=logging.ERROR)
+    try:
+        platform.start()
+        platform.run(until_final=settings.duration_s is not None)
+    except KafkaAuditError as exc:
+        raise _fail(exc) from exc
+    finally:
+        progress = platform.job.progress() if platform.job is not None else {}
+        platform.stop()
+        if out is not None:
+            out.close()
+    console.print(results_table(platform.rows, progress, limit=50, final_only=True))
+    n_final = sum(r["state"] == "final" for r in platform.rows.values())
+    console.print(f"{n_final} final window result(s); everything stopped.")
+
+
+@app.command()
+def status(
+    data_dir: Annotated[Path, typer.Option(help="The `up` state directory.")] = Path("var/up"),
+) -> None:
+    """Show what `kafka-audit up` is running (and the local Kafka cluster)."""
+    from kafka_audit.platform import read_status
+    from testbed.kafka_cluster import KafkaCluster
+
+    st = read_status(data_dir)
+    if st is None:
+        console.print(f"kafka-audit up is not running (no live process recorded in {data_dir})")
+    else:
+        console.print(
+            f"kafka-audit up: pid {st['pid']}, bootstrap.servers={st['bootstrap_servers']}, "
+            f"metrics http://127.0.0.1:{st['metrics_port']}/metrics"
+        )
+    cluster = KafkaCluster.load(data_dir / "kafka")
+    if cluster is not None:
+        for row in cluster.status():
+            console.print(
+                f"  kafka node {row['node']}: {row['broker']} pid {row['pid']} running={row['running']}"
+            )
+    if st is None:
+        raise typer.Exit(1)
+
+
 def main() -> None:  # pragma: no cover - console script entry
     """Console script entry point."""
     app()

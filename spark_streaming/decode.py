@@ -1,5 +1,7 @@
-"""Decoding audit-topic rows inside Spark (``mapInPandas`` with fastavro; measured faster to build on
-than spark-avro here because the single-object header and validation are ours anyway).
+"""Decoding audit-topic rows inside Spark: ``mapInPandas`` with fastavro.
+
+fastavro rather than spark-avro because the single-object header, the validation and the dead-letter
+reasons are the project's own (one decoder for every reader).
 
 Every input row becomes exactly one output row of one kind:
 ``snapshot`` (grouped by its topic and window), ``dead_letter`` (malformed: bytes and reason kept), or
@@ -28,7 +30,7 @@ DECODED_SCHEMA = (
 
 
 def decode_batches(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-    """``mapInPandas`` function: Kafka source rows (key, value, partition, offset, timestamp) -> decoded rows."""
+    """Turn Kafka source rows (key, value, partition, offset, timestamp) into decoded rows (mapInPandas)."""
     for pdf in batches:
         out = []
         for key, value, part, off, ts in zip(
@@ -36,19 +38,41 @@ def decode_batches(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         ):
             key_b = bytes(key) if key is not None else None
             value_b = bytes(value) if value is not None else None
-            row = {"g_window": 0, "g_window_end": 0, "event_time": ts, "snap_key": None, "payload": None,
-                   "raw_key": None, "raw_value": None, "reason": None, "detail": None,
-                   "src_partition": int(part), "src_offset": int(off)}
+            row = {
+                "g_window": 0,
+                "g_window_end": 0,
+                "event_time": ts,
+                "snap_key": None,
+                "payload": None,
+                "raw_key": None,
+                "raw_value": None,
+                "reason": None,
+                "detail": None,
+                "src_partition": int(part),
+                "src_offset": int(off),
+            }
             if key_b == HEARTBEAT_KEY:
                 row.update(kind="heartbeat", g_topic=HEARTBEAT_GROUP)
             else:
                 try:
                     rec = decode(value_b)
-                    row.update(kind="snapshot", g_topic=rec.topic, g_window=rec.window_start_ms,
-                               g_window_end=rec.window_end_ms, snap_key=rec.key(),
-                               payload=json.dumps(compact(rec, int(part), int(off))))
+                    row.update(
+                        kind="snapshot",
+                        g_topic=rec.topic,
+                        g_window=rec.window_start_ms,
+                        g_window_end=rec.window_end_ms,
+                        snap_key=rec.key(),
+                        payload=json.dumps(compact(rec, int(part), int(off))),
+                    )
                 except MalformedRecordError as exc:
-                    row.update(kind="dead_letter", g_topic=DEAD_LETTER_GROUP, g_window=int(part), raw_key=key_b,
-                               raw_value=value_b, reason=exc.reason, detail=exc.detail[:500])
+                    row.update(
+                        kind="dead_letter",
+                        g_topic=DEAD_LETTER_GROUP,
+                        g_window=int(part),
+                        raw_key=key_b,
+                        raw_value=value_b,
+                        reason=exc.reason,
+                        detail=exc.detail[:500],
+                    )
             out.append(row)
         yield pd.DataFrame(out, columns=[c.split()[0] for c in DECODED_SCHEMA.split(", ")])

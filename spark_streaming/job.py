@@ -33,7 +33,7 @@ _CONNECTOR_JARS = ("spark-sql-kafka", "spark-token-provider-kafka", "kafka-clien
 
 
 def connector_jars() -> list[str]:
-    """The Kafka connector jars Spark needs beyond what pyspark ships (from ``jars-spark``)."""
+    """Return the Kafka connector jars Spark needs beyond what pyspark ships (from ``jars-spark``)."""
     return sorted(str(p) for p in jars_dir("spark").glob("*.jar") if p.name.startswith(_CONNECTOR_JARS))
 
 
@@ -74,7 +74,10 @@ class ReconciliationJob:
     def __init__(self, settings: SparkJobSettings, listeners: list[ResultListener] | None = None) -> None:
         self.s = settings
         self.listeners = list(listeners or [])
-        self.kconf: dict[str, Any] = {"bootstrap.servers": settings.bootstrap_servers, **settings.extra_config}
+        self.kconf: dict[str, Any] = {
+            "bootstrap.servers": settings.bootstrap_servers,
+            **settings.extra_config,
+        }
         self.metrics = ResultMetrics()
         self.query: Any = None
         self.spark: Any = None
@@ -119,7 +122,9 @@ class ReconciliationJob:
 
         s = self.s
         ensure_topic(self.kconf, s.audit_topic, 3, topic_config=AUDIT_TOPIC_CONFIG)
-        self._kafka_sink = KafkaResultSink(self.kconf, s.results_topic, s.dlq_topic, s.commits_topic, s.query_name)
+        self._kafka_sink = KafkaResultSink(
+            self.kconf, s.results_topic, s.dlq_topic, s.commits_topic, s.query_name
+        )
         if s.metrics_port:
             self.metrics.serve(s.metrics_port)
         self.spark = spark_session(s.master, s.shuffle_partitions)
@@ -133,14 +138,19 @@ class ReconciliationJob:
         )
         for k, v in s.extra_config.items():
             reader = reader.option(f"kafka.{k}", v)
-        decoded = reader.load().select("key", "value", "partition", "offset", "timestamp").mapInPandas(
-            decode_batches, DECODED_SCHEMA
+        decoded = (
+            reader.load()
+            .select("key", "value", "partition", "offset", "timestamp")
+            .mapInPandas(decode_batches, DECODED_SCHEMA)
         )
         results = (
             decoded.withWatermark("event_time", f"{s.watermark_delay_ms} milliseconds")
             .groupBy("g_topic", "g_window")
             .applyInPandasWithState(
-                make_reconciler(list(s.clusters), s.grace_ms), OUTPUT_SCHEMA, STATE_SCHEMA, "update",
+                make_reconciler(list(s.clusters), s.grace_ms),
+                OUTPUT_SCHEMA,
+                STATE_SCHEMA,
+                "update",
                 GroupStateTimeout.EventTimeTimeout,
             )
         )
@@ -191,5 +201,5 @@ class ReconciliationJob:
             self._kafka_sink.close()
 
     def exception(self) -> Any:
-        """The query's failure, if it failed."""
+        """Return the query's failure, if it failed."""
         return self.query.exception() if self.query is not None else None

@@ -75,7 +75,9 @@ def reconcile(
     """Return one result row (``window_result.avsc`` fields) per cluster tier for this window.
 
     Args:
-        topic, window_start_ms, window_end_ms: The window.
+        topic: The audited topic.
+        window_start_ms: Window start, ms since epoch UTC.
+        window_end_ms: Window end (exclusive), ms since epoch UTC.
         snapshots: The newest snapshot of every key in the window (see :func:`compact`).
         clusters: Cluster names expected to audit this topic; a tier seen in the snapshots is added.
         state: ``provisional`` or ``final``.

@@ -11,6 +11,7 @@ Spark's own Kafka sink is at-least-once, so the job writes its micro-batch outpu
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import defaultdict
@@ -30,8 +31,14 @@ from spark_streaming.reconcile import result_key
 from spark_streaming.state import RESULT_COLUMNS
 
 COMPONENT = "spark"
-_ARROW_TYPES = {"string": pa.string(), "long": pa.int64(), "int": pa.int32(), "double": pa.float64(),
-                "boolean": pa.bool_()}
+log = logging.getLogger(__name__)
+_ARROW_TYPES = {
+    "string": pa.string(),
+    "long": pa.int64(),
+    "int": pa.int32(),
+    "double": pa.float64(),
+    "boolean": pa.bool_(),
+}
 PARQUET_SCHEMA = pa.schema([(n, _ARROW_TYPES[t]) for n, t in RESULT_COLUMNS])
 
 
@@ -46,24 +53,46 @@ class KafkaResultSink:
         config: librdkafka connection config.
         results_topic, dlq_topic, commits_topic: Topics (created if missing; results and commits compacted).
         query_name: Names the ``transactional.id`` and the marker key.
+        retry_s: How long a failing transaction is retried (broker outage) before the batch fails, s.
     """
 
-    def __init__(self, config: dict[str, Any], results_topic: str, dlq_topic: str, commits_topic: str,
-                 query_name: str) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        results_topic: str,
+        dlq_topic: str,
+        commits_topic: str,
+        query_name: str,
+        retry_s: float = 120.0,
+    ) -> None:
         self.config = config
         self.results_topic, self.dlq_topic, self.commits_topic = results_topic, dlq_topic, commits_topic
         self.query_name = query_name
+        self.retry_s = retry_s
         ensure_topic(config, results_topic, 3, topic_config=AUDIT_TOPIC_CONFIG)
         ensure_topic(config, commits_topic, 1, topic_config=STATE_TOPIC_CONFIG)
         ensure_topic(config, dlq_topic, 1)
-        self._producer = Producer({**config, "transactional.id": f"kafka-audit.spark.{query_name}",
-                                   "transaction.timeout.ms": 60_000, "linger.ms": 10})
+        self._producer = Producer(
+            {
+                **config,
+                "transactional.id": f"kafka-audit.spark.{query_name}",
+                "transaction.timeout.ms": 60_000,
+                "linger.ms": 10,
+            }
+        )
         self._producer.init_transactions(60)  # also aborts a transaction a killed driver left open
         self.last_batch = self._read_marker()
 
     def _read_marker(self) -> int:
-        c = Consumer({**self.config, "group.id": f"{self.query_name}.marker", "enable.auto.commit": False,
-                      "isolation.level": "read_committed", "enable.partition.eof": True})
+        c = Consumer(
+            {
+                **self.config,
+                "group.id": f"{self.query_name}.marker",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+            }
+        )
         last = -1
         try:
             c.assign([TopicPartition(self.commits_topic, 0, OFFSET_BEGINNING)])
@@ -89,15 +118,39 @@ class KafkaResultSink:
         """
         if batch_id <= self.last_batch:
             return False
+        deadline = time.monotonic() + self.retry_s
+        while True:
+            try:
+                self._write_once(batch_id, results, dead)
+                break
+            except SinkError:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("batch %d: transaction failed, retrying", batch_id, exc_info=True)
+                time.sleep(1.0)
+        self.last_batch = batch_id
+        return True
+
+    def _write_once(self, batch_id: int, results: list[dict[str, Any]], dead: list[dict[str, Any]]) -> None:
         p = self._producer
         try:
             p.begin_transaction()
             for row in results:
                 value = encode_object("window_result", {n: row[n] for n, _ in RESULT_COLUMNS})
-                p.produce(self.results_topic, value, result_key(row).encode(), timestamp=int(row["result_at_ms"]))
+                p.produce(
+                    self.results_topic, value, result_key(row).encode(), timestamp=int(row["result_at_ms"])
+                )
             for d in dead:
-                dl = DeadLetter(COMPONENT, d["reason"], d["detail"] or "", "audit", int(d["src_partition"]),
-                                int(d["src_offset"]), d["raw_key"], d["raw_value"])
+                dl = DeadLetter(
+                    COMPONENT,
+                    d["reason"],
+                    d["detail"] or "",
+                    "audit",
+                    int(d["src_partition"]),
+                    int(d["src_offset"]),
+                    d["raw_key"],
+                    d["raw_value"],
+                )
                 p.produce(self.dlq_topic, dl.value, dl.key, headers=dl.headers())
             p.produce(self.commits_topic, str(batch_id).encode(), self.query_name.encode())
             p.commit_transaction(60)
@@ -106,8 +159,6 @@ class KafkaResultSink:
             if not err.fatal():
                 p.abort_transaction(30)
             raise SinkError(f"writing batch {batch_id} failed: {err.str()}") from exc
-        self.last_batch = batch_id
-        return True
 
     def close(self) -> None:
         """Flush and close the transactional producer."""
@@ -132,7 +183,9 @@ class ParquetResultSink:
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"batch-{batch_id:012d}.parquet"
             tmp = folder / f".batch-{batch_id:012d}.parquet.tmp"
-            table = pa.Table.from_pylist([{n: r[n] for n, _ in RESULT_COLUMNS} for r in rows], schema=PARQUET_SCHEMA)
+            table = pa.Table.from_pylist(
+                [{n: r[n] for n, _ in RESULT_COLUMNS} for r in rows], schema=PARQUET_SCHEMA
+            )
             pq.write_table(table, tmp)
             os.replace(tmp, path)
             written.append(path)

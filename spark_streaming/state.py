@@ -20,18 +20,46 @@ from spark_streaming.decode import DEAD_LETTER_GROUP, HEARTBEAT_GROUP
 from spark_streaming.reconcile import FINAL, PROVISIONAL, merge, reconcile
 
 RESULT_COLUMNS: list[tuple[str, str]] = [
-    ("topic", "string"), ("window_start_ms", "long"), ("window_end_ms", "long"), ("tier", "string"),
-    ("state", "string"), ("sent", "long"), ("acknowledged", "long"), ("failed", "long"), ("received", "long"),
-    ("unique", "long"), ("duplicated", "long"), ("late", "long"), ("stale", "long"), ("unaudited", "long"),
-    ("producers", "int"), ("unaudited_producers", "int"), ("loss_rate", "double"), ("duplicate_rate", "double"),
-    ("completeness", "double"), ("latency_p99_ms", "double"), ("latency_max_ms", "double"), ("acks", "string"),
-    ("enable_idempotence", "boolean"), ("batch_num_messages", "int"), ("linger_ms", "double"),
-    ("message_timeout_ms", "int"), ("poll_interval_ms", "double"), ("rtt_avg_ms", "double"),
-    ("tx_retries", "long"), ("request_timeouts", "long"), ("result_at_ms", "long"),
+    ("topic", "string"),
+    ("window_start_ms", "long"),
+    ("window_end_ms", "long"),
+    ("tier", "string"),
+    ("state", "string"),
+    ("sent", "long"),
+    ("acknowledged", "long"),
+    ("failed", "long"),
+    ("received", "long"),
+    ("unique", "long"),
+    ("duplicated", "long"),
+    ("late", "long"),
+    ("stale", "long"),
+    ("unaudited", "long"),
+    ("producers", "int"),
+    ("unaudited_producers", "int"),
+    ("loss_rate", "double"),
+    ("duplicate_rate", "double"),
+    ("completeness", "double"),
+    ("latency_p99_ms", "double"),
+    ("latency_max_ms", "double"),
+    ("acks", "string"),
+    ("enable_idempotence", "boolean"),
+    ("batch_num_messages", "int"),
+    ("linger_ms", "double"),
+    ("message_timeout_ms", "int"),
+    ("poll_interval_ms", "double"),
+    ("rtt_avg_ms", "double"),
+    ("tx_retries", "long"),
+    ("request_timeouts", "long"),
+    ("result_at_ms", "long"),
 ]
 EXTRA_COLUMNS: list[tuple[str, str]] = [
-    ("kind", "string"), ("raw_key", "binary"), ("raw_value", "binary"), ("reason", "string"),
-    ("detail", "string"), ("src_partition", "int"), ("src_offset", "long"),
+    ("kind", "string"),
+    ("raw_key", "binary"),
+    ("raw_value", "binary"),
+    ("reason", "string"),
+    ("detail", "string"),
+    ("src_partition", "int"),
+    ("src_offset", "long"),
 ]
 OUTPUT_SCHEMA = ", ".join(f"{n} {t}" for n, t in RESULT_COLUMNS + EXTRA_COLUMNS)
 STATE_SCHEMA = "snapshots string, window_end_ms long, final boolean"
@@ -43,11 +71,15 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def make_reconciler(
-    clusters: list[str], grace_ms: int, retention_ms: int = 3_600_000,
+    clusters: list[str],
+    grace_ms: int,
+    retention_ms: int = 3_600_000,
 ) -> Callable[[tuple[Any, ...], Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
     """Return the ``applyInPandasWithState`` function for these clusters and grace (ms)."""
 
-    def reconcile_window(key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
+    def reconcile_window(
+        key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any
+    ) -> Iterator[pd.DataFrame]:
         topic, window_start = str(key[0]), int(key[1])
         if topic == HEARTBEAT_GROUP:
             for _ in pdfs:
@@ -73,13 +105,24 @@ def make_reconciler(
             snaps_json, end, final = state.get
             if final:  # the window is final: later snapshots are reported, never applied
                 late = sum(len(pdf) for pdf in pdfs)
-                yield _frame([{"kind": "late", "topic": topic, "window_start_ms": window_start,
-                               "window_end_ms": int(end), "late": late}])
+                yield _frame(
+                    [
+                        {
+                            "kind": "late",
+                            "topic": topic,
+                            "window_start_ms": window_start,
+                            "window_end_ms": int(end),
+                            "late": late,
+                        }
+                    ]
+                )
                 return
             snaps = json.loads(snaps_json)
         changed = False
         for pdf in pdfs:
-            for snap_key, payload, w_end in zip(pdf["snap_key"], pdf["payload"], pdf["g_window_end"], strict=True):
+            for snap_key, payload, w_end in zip(
+                pdf["snap_key"], pdf["payload"], pdf["g_window_end"], strict=True
+            ):
                 end = int(w_end)
                 changed |= merge(snaps, snap_key, json.loads(payload))
         assert end is not None

@@ -1,0 +1,242 @@
+"""``kafka-audit up``: the whole platform in one command, on the embedded default or a given cluster.
+
+Starts (in order, top to bottom of the data flow) the local Kafka cluster unless
+``--bootstrap-servers`` is given, the audit consumer, the Spark reconciliation job, and optionally an
+audited load scenario; shows a live table of window results; stops everything (by PID / in reverse
+order) on Ctrl-C, SIGTERM or when the scenario's windows are final.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from audit_consumer.consumer import AuditConsumer
+from audit_consumer.settings import AuditConsumerSettings
+from audit_producer.load import run_load
+from audit_producer.settings import ProducerAuditSettings
+from kafka_audit.topics import ensure_topic
+from kafka_audit.up_settings import UpSettings
+from spark_streaming.job import ReconciliationJob
+from spark_streaming.settings import SparkJobSettings
+from testbed.kafka_cluster import KafkaCluster
+
+STATUS_FILE = "up.json"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.2f}%"
+
+
+def results_table(
+    rows: dict[tuple[str, int, str], dict[str, Any]],
+    progress: dict[str, Any],
+    limit: int = 20,
+    final_only: bool = False,
+) -> Table:
+    """Build the live / closing table: newest window results first."""
+    from datetime import UTC, datetime
+
+    lag = progress.get("lag_s")
+    title = "kafka-audit: window results" + (f" (audit lag {lag:.1f} s)" if lag is not None else "")
+    table = Table(title=title)
+    for col in (
+        "topic",
+        "window (UTC)",
+        "tier",
+        "sent",
+        "received",
+        "unique",
+        "R_l",
+        "R_d",
+        "completeness",
+        "state",
+    ):
+        table.add_column(col, justify="left" if col in ("topic", "tier", "state") else "right")
+    chosen = [r for r in rows.values() if not final_only or r["state"] == "final"]
+    for r in sorted(chosen, key=lambda r: (r["window_start_ms"], r["topic"]), reverse=not final_only)[:limit]:
+        table.add_row(
+            r["topic"],
+            datetime.fromtimestamp(r["window_start_ms"] / 1000, UTC).strftime("%H:%M:%S"),
+            r["tier"],
+            f"{r['sent']:,}",
+            f"{r['received']:,}",
+            f"{r['unique']:,}",
+            _pct(r["loss_rate"]),
+            _pct(r["duplicate_rate"]),
+            _pct(r["completeness"]),
+            "[green]final[/]" if r["state"] == "final" else "[yellow]provisional[/]",
+        )
+    return table
+
+
+class Platform:
+    """The running pieces of ``kafka-audit up`` and their shutdown."""
+
+    def __init__(self, s: UpSettings, console: Console, json_out: IO[str] | None = None) -> None:
+        self.s = s
+        self.console = console
+        self.json_out = json_out
+        self.stop_event = threading.Event()
+        self.cluster: KafkaCluster | None = None
+        self.consumer: AuditConsumer | None = None
+        self.job: ReconciliationJob | None = None
+        self.rows: dict[tuple[str, int, str], dict[str, Any]] = {}
+        self.load_windows: set[tuple[str, int]] = set()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def _on_results(self, batch_id: int, results: list[dict[str, Any]]) -> None:
+        with self._lock:
+            for r in results:
+                self.rows[(r["topic"], r["window_start_ms"], r["tier"])] = r
+                if r["state"] == "final" and self.json_out is not None:
+                    self.json_out.write(json.dumps(r, sort_keys=True) + "\n")
+                    self.json_out.flush()
+
+    def start(self) -> None:
+        """Start Kafka (unless external), the audit consumer, the Spark job and the scenario."""
+        s = self.s
+        s.data_dir.mkdir(parents=True, exist_ok=True)
+        bootstrap = s.bootstrap_servers
+        if bootstrap is None:
+            kafka_dir = s.data_dir / "kafka"
+            self.cluster = KafkaCluster.load(kafka_dir) or KafkaCluster.create(kafka_dir, s.brokers)
+            with self.console.status(f"starting local Kafka ({s.brokers} broker(s)) ..."):
+                self.cluster.start()
+            bootstrap = self.cluster.bootstrap_servers
+        self.bootstrap = bootstrap
+        self._write_status()
+        conf = {"bootstrap.servers": bootstrap}
+        for t in s.all_topics:
+            ensure_topic(conf, t, partitions=3)
+        self.consumer = AuditConsumer(
+            AuditConsumerSettings(
+                cluster=s.cluster,
+                topics=s.all_topics,
+                bootstrap_servers=bootstrap,
+                window_ms=s.window_ms,
+                grace_ms=s.consumer_grace_ms,
+                instance_id=f"up-{os.uname().nodename}",
+            )
+        )
+        self._spawn("audit-consumer", self.consumer.run, self.stop_event)
+        self.job = ReconciliationJob(
+            SparkJobSettings(
+                bootstrap_servers=bootstrap,
+                master=s.master,
+                clusters=[s.cluster],
+                trigger_ms=s.trigger_ms,
+                grace_ms=s.spark_grace_ms,
+                watermark_delay_ms=s.watermark_delay_ms,
+                metrics_port=s.metrics_port,
+                checkpoint_dir=s.data_dir / "spark" / "checkpoint",
+                parquet_dir=s.data_dir / "spark" / "results",
+            ),
+            listeners=[self._on_results],
+        )
+        with self.console.status(f"starting Spark ({s.master}) ..."):
+            self.job.start()
+        if s.scenario:
+            self._spawn("load", self._run_scenario)
+
+    def _run_scenario(self) -> None:
+        s = self.s
+        assert s.scenario_topic is not None and s.scenario is not None
+        audit = ProducerAuditSettings(
+            window_ms=s.window_ms,
+            grace_ms=s.producer_grace_ms,
+            snapshot_interval_ms=min(5_000, s.window_ms // 2),
+            delivery_reports="errors",
+        )
+        start = time.time_ns() // 1_000_000
+        result = run_load(
+            {"bootstrap.servers": self.bootstrap, "client.id": f"up-{s.scenario}", **s.producer_config},
+            s.scenario_topic,
+            s.scenario,
+            rate=s.rate,
+            duration_s=s.duration_s or 120.0,
+            audit=audit,
+            stop=self.stop_event,
+        )
+        end = start + int(result.seconds * 1000)
+        w = s.window_ms
+        self.load_windows = {(s.scenario_topic, t) for t in range(start - start % w, end + 1, w)}
+        self.load_done = True
+
+    def _spawn(self, name: str, target: Callable[..., Any], *args: Any) -> None:
+        th = threading.Thread(target=target, args=args, name=name, daemon=True)
+        th.start()
+        self._threads.append(th)
+
+    def _write_status(self) -> None:
+        status = {
+            "pid": os.getpid(),
+            "started_at": time.time(),
+            "bootstrap_servers": self.bootstrap,
+            "metrics_port": self.s.metrics_port,
+            "data_dir": str(self.s.data_dir),
+            "kafka_pids": [n.pid for n in self.cluster.nodes] if self.cluster else [],
+        }
+        (self.s.data_dir / STATUS_FILE).write_text(json.dumps(status, indent=2))
+
+    def scenario_final(self) -> bool:
+        """Return True once the scenario has ended and every one of its windows has a final result."""
+        if not getattr(self, "load_done", False):
+            return False
+        with self._lock:
+            final = {(t, w) for (t, w, _), r in self.rows.items() if r["state"] == "final"}
+        return bool(self.load_windows) and self.load_windows <= final
+
+    def run(self, until_final: bool) -> None:
+        """Show the live table until stopped (or, with ``until_final``, until the scenario is final)."""
+        assert self.job is not None
+        deadline = None
+        with Live(results_table(self.rows, {}), console=self.console, refresh_per_second=2) as live:
+            while not self.stop_event.is_set():
+                if self.job.exception() is not None:
+                    raise RuntimeError(f"Spark job failed: {self.job.exception()}")
+                live.update(results_table(self.rows, self.job.progress()))
+                if until_final and getattr(self, "load_done", False):
+                    deadline = (
+                        deadline or time.monotonic() + (self.s.window_ms + self.s.spark_grace_ms) / 1000 + 120
+                    )
+                    if self.scenario_final() or time.monotonic() > deadline:
+                        break
+                self.stop_event.wait(0.5)
+
+    def stop(self) -> None:
+        """Stop everything in reverse order of the data flow; Kafka last, by PID."""
+        self.stop_event.set()
+        if self.job is not None:
+            self.job.stop()
+            if self.job.spark is not None:
+                self.job.spark.stop()
+        for th in self._threads:
+            th.join(60)
+        if self.cluster is not None:
+            self.cluster.stop()
+        status = self.s.data_dir / STATUS_FILE
+        status.unlink(missing_ok=True)
+
+
+def read_status(data_dir: Path) -> dict[str, Any] | None:
+    """Return what ``kafka-audit up`` recorded in ``data_dir`` if that process is alive, else None."""
+    path = Path(data_dir) / STATUS_FILE
+    if not path.exists():
+        return None
+    status: dict[str, Any] = json.loads(path.read_text())
+    try:
+        os.kill(int(status["pid"]), 0)
+    except ProcessLookupError:
+        return None
+    return status

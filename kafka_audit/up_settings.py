@@ -1,0 +1,114 @@
+"""Settings of ``kafka-audit up``: defaults < config file (TOML or YAML) < environment < command line.
+
+Environment variables use the prefix ``KAFKA_AUDIT_UP_`` (``KAFKA_AUDIT_UP_WINDOW_MS=10000``);
+``producer_config`` holds librdkafka properties passed through to the load producers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+    YamlConfigSettingsSource,
+)
+
+from kafka_audit.errors import ConfigError
+
+SCENARIOS = ("social", "weblog", "game")
+
+
+class UpSettings(BaseSettings):
+    """Everything ``kafka-audit up`` runs.
+
+    Attributes:
+        bootstrap_servers: An existing cluster; None starts the local one (``brokers`` nodes in ``data_dir``).
+        cluster: Name of the audited cluster (tier ``cluster:<name>``).
+        topics: Monitored topics (the scenario's topic is added).
+        window_ms: Audit window, ms. The *_grace_ms settings: see each component.
+        master: Spark master. trigger_ms: micro-batch trigger, ms. metrics_port: Prometheus port (0 = none).
+        scenario, rate, duration_s: Optional audited load: profile, messages/s, seconds.
+        producer_config: librdkafka properties for the load producers.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="KAFKA_AUDIT_UP_", frozen=True)
+    config_file: ClassVar[Path | None] = None
+
+    bootstrap_servers: str | None = None
+    brokers: int = 1
+    data_dir: Path = Path("var/up")
+    cluster: str = "local"
+    topics: list[str] = Field(default_factory=list)
+    window_ms: int = Field(60_000, gt=0)
+    producer_grace_ms: int = Field(5_000, ge=0)
+    consumer_grace_ms: int = Field(10_000, ge=0)
+    spark_grace_ms: int = Field(30_000, ge=0)
+    watermark_delay_ms: int = Field(5_000, ge=0)
+    master: str = "local[2]"
+    trigger_ms: int = Field(5_000, gt=0)
+    metrics_port: int = Field(9464, ge=0)
+    scenario: str | None = None
+    rate: float = 500.0
+    duration_s: float | None = None
+    producer_config: dict[str, str] = Field(default_factory=dict)
+
+    def model_post_init(self, context: Any) -> None:
+        """Check values that pydantic's types cannot.
+
+        Raises:
+            ConfigError: naming the key and the allowed values.
+        """
+        if self.scenario is not None and self.scenario not in SCENARIOS:
+            raise ConfigError(f"scenario={self.scenario!r}: allowed values are {', '.join(SCENARIOS)}")
+        if self.brokers not in (1, 3):
+            raise ConfigError(f"brokers={self.brokers}: allowed values are 1, 3")
+
+    @property
+    def scenario_topic(self) -> str | None:
+        """Topic the scenario's load goes to: ``audit.<scenario>``."""
+        return f"audit.{self.scenario}" if self.scenario else None
+
+    @property
+    def all_topics(self) -> list[str]:
+        """Monitored topics including the scenario's."""
+        extra = (
+            [self.scenario_topic] if self.scenario_topic and self.scenario_topic not in self.topics else []
+        )
+        return [*self.topics, *extra]
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Command line (init) > environment > config file > defaults."""
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = cls.config_file
+        if path is not None:
+            if path.suffix in (".yaml", ".yml"):
+                sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+            elif path.suffix == ".toml":
+                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+            else:
+                raise ConfigError(f"config file {path}: allowed formats are .toml, .yaml, .yml")
+        return tuple(sources)
+
+
+def load_up_settings(config_file: Path | None, **overrides: Any) -> UpSettings:
+    """Build settings from a config file (optional), the environment and non-None ``overrides``."""
+    if config_file is not None and not config_file.exists():
+        raise ConfigError(f"config file {config_file} does not exist")
+    UpSettings.config_file = config_file
+    try:
+        return UpSettings(**{k: v for k, v in overrides.items() if v is not None})
+    finally:
+        UpSettings.config_file = None
