@@ -33,6 +33,7 @@ from audit_consumer.counts import PartitionCounts, fold_latencies, unique_of
 from audit_consumer.latency import percentile
 from audit_consumer.settings import AuditConsumerSettings
 from audit_consumer.state import decode_state, encode_state, state_key
+from audit_consumer.watchdog import TransactionHungError, call_with_deadline
 from audit_record import AuditRecord, DeadLetter, cluster_tier, encode, now_ms
 from audit_record.stamp import STAMP_HEADER, MalformedStampError, producer_id_text
 from kafka_audit.errors import KafkaAuditError
@@ -97,17 +98,18 @@ class AuditConsumer:
                 "session.timeout.ms": 15_000,
             }
         )
-        self._producer = Producer(
-            {
-                **base,
-                "transactional.id": settings.transactional_id,
-                "client.id": f"{settings.transactional_id}",
-                "transaction.timeout.ms": 30_000,
-                "linger.ms": 20,
-                "enable.idempotence": True,
-                "acks": "all",
-            }
-        )
+        self._producer_config = {
+            **base,
+            "transactional.id": settings.transactional_id,
+            "client.id": f"{settings.transactional_id}",
+            "transaction.timeout.ms": 30_000,
+            "linger.ms": 20,
+            "enable.idempotence": True,
+            "acks": "all",
+        }
+        self._producer = Producer(self._producer_config)
+        self._abandoned: list[Producer] = []  # stuck in a hung librdkafka call; never destroyed under it
+        self._txn_timeout_s = settings.transaction_timeout_ms / 1000
         self._parts: dict[tuple[str, int], PartitionCounts] = {}
         self._at_end: set[tuple[str, int]] = set()
         self._in_txn = False
@@ -155,14 +157,15 @@ class AuditConsumer:
             self._close()
 
     def _close(self) -> None:
-        try:
-            if self._in_txn:
-                self._producer.abort_transaction(10)
-        except KafkaException:
-            log.warning("abort on close failed", exc_info=True)
-        self._consumer.close()
-        self._producer.flush(10)
-        self._producer.close()
+        """Abort what is uncommitted (a restart re-reads it), leave the group, close the clients."""
+        steps = [self._consumer.close, lambda: self._producer.flush(10), self._producer.close]
+        if self._in_txn:
+            steps.insert(0, lambda: self._producer.abort_transaction(10))
+        for step in steps:
+            try:
+                step()
+            except Exception:  # closing after a broker failure: log it, close the rest
+                log.warning("close step failed", exc_info=True)
 
     # ------------------------------------------------------------------ rebalancing
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -365,17 +368,33 @@ class AuditConsumer:
             if st.next_offset >= 0:
                 offsets.append(TopicPartition(st.topic, st.partition, st.next_offset))
             st.dirty = False
+        timeout = self._txn_timeout_s
         try:
             if offsets:
-                self._producer.send_offsets_to_transaction(
-                    offsets, self._consumer.consumer_group_metadata(), 30
+                call_with_deadline(
+                    self._producer.send_offsets_to_transaction,
+                    offsets,
+                    self._consumer.consumer_group_metadata(),
+                    timeout,
+                    deadline_s=timeout * 1.5 + 5,
                 )
-            self._producer.commit_transaction(60)
+            call_with_deadline(self._producer.commit_transaction, timeout, deadline_s=timeout * 1.5 + 5)
             self.stats.transactions += 1
         except KafkaException as exc:
             self._transaction_failed(exc)
+        except TransactionHungError as exc:
+            self._replace_producer(exc)
         finally:
             self._in_txn = False
+
+    def _replace_producer(self, exc: TransactionHungError) -> None:
+        """Abandon a producer stuck in librdkafka, fence it with a new one, rewind to the committed state."""
+        log.warning("%s (librdkafka #5456/#5511); replacing the transactional producer and rewinding", exc)
+        self._abandoned.append(self._producer)
+        self._producer = Producer(self._producer_config)
+        call_with_deadline(self._producer.init_transactions, 60, deadline_s=95)
+        self.stats.aborted += 1
+        self._rewind()
 
     def _transaction_failed(self, exc: KafkaException) -> None:
         err: KafkaError = exc.args[0]
@@ -384,9 +403,18 @@ class AuditConsumer:
                 f"transaction failed fatally ({err.str()}): another instance with transactional.id "
                 f"{self.s.transactional_id!r} took over, or the broker fenced us; restart this instance"
             ) from exc
-        log.warning("transaction aborted (%s); rewinding to the last committed state", err.str())
-        if err.txn_requires_abort():
-            self._producer.abort_transaction(30)
+        log.warning("transaction failed (%s); aborting and rewinding to the last committed state", err.str())
+        # Abort on every non-fatal error: retriable ones (broker transport failure) leave the transaction
+        # open too, and re-sending this transaction's records after a rewind is what keeps counts exact.
+        try:
+            call_with_deadline(
+                self._producer.abort_transaction,
+                self._txn_timeout_s,
+                deadline_s=self._txn_timeout_s * 1.5 + 5,
+            )
+        except (KafkaException, TransactionHungError) as abort_failed:
+            self._replace_producer(TransactionHungError(f"abort failed: {abort_failed}"))
+            return
         self.stats.aborted += 1
         self._rewind()
 

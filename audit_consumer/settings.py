@@ -32,6 +32,8 @@ class AuditConsumerSettings(BaseSettings):
             CreateTime exceeds it is stale.
         default_timeliness_ms: S for topics not in ``timeliness_ms``; None disables stale counting.
         batch_size: Messages per ``consume()`` call.
+        transaction_timeout_ms: Timeout of each transactional call, ms; a call still blocked after 1.5x
+            this (librdkafka #5456) gets its producer replaced and the state rewound.
         extra_config: librdkafka properties for the consumer and producer (security etc.), passed through.
     """
 
@@ -52,6 +54,7 @@ class AuditConsumerSettings(BaseSettings):
     timeliness_ms: dict[str, int] = Field(default_factory=dict)
     default_timeliness_ms: int | None = None
     batch_size: int = Field(5_000, gt=0)
+    transaction_timeout_ms: int = Field(30_000, gt=0)
     extra_config: dict[str, str] = Field(default_factory=dict)
 
     @property

@@ -167,6 +167,11 @@ class AuditedProducer:
         if now >= self._next_tick_ms:
             self._tick(now)
 
+    @property
+    def last_sequence(self) -> int:
+        """Sequence number stamped on the last message produce() accepted (0 before the first)."""
+        return self._seq
+
     def poll(self, timeout: float = 0) -> int:
         """Serve delivery reports and statistics (``confluent_kafka.Producer.poll``); may emit snapshots."""
         served = self._producer.poll(timeout)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from audit_record import now_ms
 from kafka_audit.jvm import jars_dir
@@ -110,8 +110,11 @@ class ReconciliationJob:
         producer = Producer({**self.kconf, "linger.ms": 0, "acks": "all"})
         interval = self.s.heartbeat_ms / 1000
         while not self._stop.wait(interval):
-            producer.produce(self.s.audit_topic, b"", HEARTBEAT_KEY, timestamp=now_ms())
-            producer.poll(0)
+            try:
+                producer.produce(self.s.audit_topic, b"", HEARTBEAT_KEY, timestamp=now_ms())
+                producer.poll(0)
+            except (BufferError, KafkaException) as exc:  # broker away: the next beat will do
+                log.warning("heartbeat not sent: %s", exc)
         producer.flush(5)
         producer.close()
 

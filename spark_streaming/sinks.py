@@ -72,14 +72,13 @@ class KafkaResultSink:
         ensure_topic(config, results_topic, 3, topic_config=AUDIT_TOPIC_CONFIG)
         ensure_topic(config, commits_topic, 1, topic_config=STATE_TOPIC_CONFIG)
         ensure_topic(config, dlq_topic, 1)
-        self._producer = Producer(
-            {
-                **config,
-                "transactional.id": f"kafka-audit.spark.{query_name}",
-                "transaction.timeout.ms": 60_000,
-                "linger.ms": 10,
-            }
-        )
+        self._producer_config: dict[str, Any] = {
+            **config,
+            "transactional.id": f"kafka-audit.spark.{query_name}",
+            "transaction.timeout.ms": 60_000,
+            "linger.ms": 10,
+        }
+        self._producer = Producer(self._producer_config)
         self._producer.init_transactions(60)  # also aborts a transaction a killed driver left open
         self.last_batch = self._read_marker()
 
@@ -156,9 +155,20 @@ class KafkaResultSink:
             p.commit_transaction(60)
         except KafkaException as exc:
             err = exc.args[0]
-            if not err.fatal():
-                p.abort_transaction(30)
-            raise SinkError(f"writing batch {batch_id} failed: {err.str()}") from exc
+            detail = err.str() if isinstance(err, KafkaError) else str(err)
+            self._recover(fatal=isinstance(err, KafkaError) and err.fatal())
+            raise SinkError(f"writing batch {batch_id} failed: {detail}") from None
+
+    def _recover(self, fatal: bool) -> None:
+        """After a failed transaction: abort it, or start a new transactional producer if it is fatal."""
+        if not fatal:
+            try:
+                self._producer.abort_transaction(30)
+                return
+            except KafkaException:
+                log.warning("abort failed; recreating the transactional producer", exc_info=True)
+        self._producer = Producer(self._producer_config)
+        self._producer.init_transactions(60)
 
     def close(self) -> None:
         """Flush and close the transactional producer."""

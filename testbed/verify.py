@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from audit_record import PRODUCER_TIER, MalformedRecordError
+from audit_record import PRODUCER_TIER
 from audit_record.reader import SnapshotTable, read_audit_log
 from audit_record.stamp import STAMP_HEADER
 from audit_record.stamp import decode as decode_stamp
@@ -44,6 +44,7 @@ class WindowTruth:
     window_start_ms: int
     producer_id: str | None
     sent: int = 0
+    final: bool = False
     received: int = 0
     unique: int = 0
     duplicated: int = 0
@@ -162,12 +163,14 @@ def verify_topic(
         if row is None:
             row = rows[key] = WindowTruth(topic, rec.window_start_ms, rec.producer_id)
         row.sent = rec.sent
+        row.final = rec.final
         if rec.last_sequence is not None and row.sequences and max(row.sequences) > rec.last_sequence:
-            raise MalformedRecordError(
-                "inconsistent_counts",
-                f"producer {rec.producer_id} window {rec.window_start_ms}: "
-                f"sequence {max(row.sequences)} found "
-                f"beyond the last it reports ({rec.last_sequence})",
+            raise VerifyError(
+                f"producer {rec.producer_id} window {rec.window_start_ms}: the topic holds sequence "
+                f"{max(row.sequences)} but the newest committed producer snapshot ends at "
+                f"{rec.last_sequence}; its final snapshot is not visible yet (an open transaction on the "
+                "audit topic holds it back). "
+                "Wait until the producers' windows are final and verify again."
             )
     return result
 

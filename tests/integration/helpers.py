@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -39,6 +41,7 @@ def consumer_settings(
         "grace_ms": 2_000,
         "commit_interval_ms": 500,
         "instance_id": "t0",
+        "transaction_timeout_ms": 5_000,
         "group_id": f"g.{audit_topics['state_topic']}",
         **audit_topics,
     }
@@ -65,7 +68,10 @@ def running_consumer(settings: AuditConsumerSettings) -> Iterator[AuditConsumer]
     finally:
         stop.set()
         th.join(60)
-    assert not th.is_alive(), "audit consumer did not stop"
+    if th.is_alive():
+        frame = sys._current_frames().get(th.ident or 0)
+        stack = "".join(traceback.format_stack(frame)) if frame is not None else "?"
+        raise AssertionError(f"audit consumer did not stop; it is at:\n{stack}")
     if errors:
         raise errors[0]
 
