@@ -10,8 +10,9 @@ export SPARK_LOCAL_IP := 127.0.0.1
 bootstrap:  ## venv (cached, keyed by dependencies), Maven jars, Debian packages: idempotent
 	@bash scripts/bootstrap.sh
 
-demo: bootstrap  ## start the local Kafka, produce audited load, audit it, print per-window counts checked by the verifier
-	$(CLI) demo
+demo: bootstrap  ## kafka-audit up on the embedded default: local Kafka + audit consumer + Spark + load, ~2 min
+	rm -rf var/demo
+	$(CLI) up --config examples/demo.toml --json-out var/demo-results.jsonl
 
 test: bootstrap  ## lint + every test tier (unit and integration against the real local broker)
 	$(VENV)/bin/ruff check .
@@ -26,6 +27,7 @@ lint: bootstrap
 
 bench: bootstrap  ## benchmarks (not tests): print tables with ratios against baselines
 	$(PY) bench/audit_consumer.py
+	$(PY) bench/spark_reconciliation.py
 
 clean:
 	rm -rf var build .pytest_cache .ruff_cache

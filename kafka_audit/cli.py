@@ -424,6 +424,8 @@ def up(
         )
     except (KafkaAuditError, ValueError) as exc:
         raise _fail(exc) from exc
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
     out = open(json_out, "a") if json_out else None  # noqa: SIM115 - closed in the finally below
     platform = Platform(settings, console, out)
     signal.signal(signal.SIGINT, lambda *_: platform.stop_event.set())
