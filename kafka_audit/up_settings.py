@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -104,11 +104,21 @@ class UpSettings(BaseSettings):
 
 
 def load_up_settings(config_file: Path | None, **overrides: Any) -> UpSettings:
-    """Build settings from a config file (optional), the environment and non-None ``overrides``."""
+    """Build settings from a config file (optional), the environment and non-None ``overrides``.
+
+    Raises:
+        ConfigError: for a missing file or an invalid value (naming the key and what is allowed).
+    """
     if config_file is not None and not config_file.exists():
         raise ConfigError(f"config file {config_file} does not exist")
     UpSettings.config_file = config_file
     try:
         return UpSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in e['loc']) or 'settings'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+        raise ConfigError(f"invalid kafka-audit up settings: {problems}") from None
     finally:
         UpSettings.config_file = None
