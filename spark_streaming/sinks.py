@@ -147,8 +147,8 @@ class KafkaResultSink:
                     "audit",
                     int(d["src_partition"]),
                     int(d["src_offset"]),
-                    d["raw_key"],
-                    d["raw_value"],
+                    bytes(d["raw_key"]) if d["raw_key"] is not None else None,
+                    bytes(d["raw_value"]) if d["raw_value"] is not None else None,
                 )
                 p.produce(self.dlq_topic, dl.value, dl.key, headers=dl.headers())
             p.produce(self.commits_topic, str(batch_id).encode(), self.query_name.encode())
@@ -171,8 +171,11 @@ class KafkaResultSink:
         self._producer.init_transactions(60)
 
     def close(self) -> None:
-        """Flush and close the transactional producer."""
-        self._producer.close()
+        """Close the transactional producer; an error here (fenced after a broker restart) is only logged."""
+        try:
+            self._producer.close()
+        except KafkaException:
+            log.warning("closing the results producer failed", exc_info=True)
 
 
 class ParquetResultSink:

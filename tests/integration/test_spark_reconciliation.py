@@ -77,7 +77,9 @@ def verifier_rates(kconfig, topic, audit_topic) -> dict[int, tuple[float, float,
     return out
 
 
-def _all_final(kconfig, results_topic: str, windows: set[int]) -> bool:
+def _all_final(kconfig, results_topic: str, windows: set[int], job: ReconciliationJob | None = None) -> bool:
+    if job is not None and job.exception() is not None:
+        raise AssertionError(f"the Spark query failed: {job.exception()}")
     finals = final_results(read_results(kconfig, results_topic))
     return windows <= {w for (_, w, _) in finals}
 
@@ -171,7 +173,9 @@ def test_loss_and_duplicates_rates_equal_verifier_exactly(tmp_path, request, aud
                 # acks=0: a "delivered" message may still have been lost in the outage; its re-send is then
                 # the first copy, not a duplicate.
                 assert 0 < sum(t[3] for t in truth.values()) <= 300
-                wait_for(lambda: _all_final(kconfig, job.s.results_topic, set(truth)), 180, "final results")
+                wait_for(
+                    lambda: _all_final(kconfig, job.s.results_topic, set(truth), job), 180, "final results"
+                )
         finally:
             job.stop()
         finals = final_results(read_results(kconfig, job.s.results_topic))
@@ -231,7 +235,9 @@ def _spark_job_proc(bootstrap: str, s: SparkJobSettings, log) -> subprocess.Pope
 
 
 def _parquet_finals(root: Path) -> dict[tuple[str, int, str], list[dict]]:
-    rows = [r for f in sorted(root.rglob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+    rows = [
+        r for f in sorted(root.rglob("*.parquet")) for r in pq.read_table(f, partitioning=None).to_pylist()
+    ]
     return final_results(rows)
 
 
