@@ -41,6 +41,8 @@ def spark_session(master: str, shuffle_partitions: int, app_name: str = "kafka-a
     """Create (or get) the Spark session with the connector jars and settings that stop cleanly."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this venv's pandas, fastavro
+    # pyspark 4.0's own pandas calls warn on every batch in the workers; keep our output readable.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
     from pyspark.sql import SparkSession
 
     session = (
@@ -194,6 +196,16 @@ class ReconciliationJob:
         """Stop the query (finishing the running batch), the heartbeat and the sinks."""
         self._stop.set()
         if self.query is not None:
+            # Let a running micro-batch finish (bounded): stopping mid-batch interrupts Spark's tasks,
+            # which is safe (the batch re-runs from the checkpoint) but logs alarming stack traces.
+            deadline = time.monotonic() + 3 * self.s.trigger_ms / 1000 + 10
+            while (
+                time.monotonic() < deadline
+                and self.query.isActive
+                and self.query.status.get("isTriggerActive")
+            ):
+                time.sleep(0.1)
+            logging.getLogger("py4j").setLevel(logging.CRITICAL)
             try:
                 self.query.stop()
             except Exception:  # a query that already failed raises its error again on stop
