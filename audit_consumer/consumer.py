@@ -37,7 +37,7 @@ from audit_consumer.watchdog import TransactionHungError, call_with_deadline
 from audit_record import AuditRecord, DeadLetter, cluster_tier, encode, now_ms
 from audit_record.stamp import STAMP_HEADER, MalformedStampError, producer_id_text
 from kafka_audit.errors import KafkaAuditError
-from kafka_audit.topics import AUDIT_TOPIC_CONFIG, STATE_TOPIC_CONFIG, ensure_topic
+from kafka_audit.topics import AUDIT_TOPIC_CONFIG, STATE_TOPIC_CONFIG, TopicError, ensure_topic, read_to_end
 
 log = logging.getLogger(__name__)
 COMPONENT = "audit-consumer"
@@ -193,35 +193,14 @@ class AuditConsumer:
     def _load_states(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], PartitionCounts]:
         """Read the state topic to its end (read_committed) and return the newest state of each key."""
         wanted = {state_key(self.s.group, t, p): (t, p) for t, p in keys}
-        reader = Consumer(
-            {
-                **self._base,
-                "group.id": f"{self.s.group}.state-reader",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-            }
-        )
+        found: dict[tuple[str, int], bytes] = {}
         try:
-            md = reader.list_topics(self.s.state_topic, timeout=10).topics[self.s.state_topic]
-            parts = [TopicPartition(self.s.state_topic, p, OFFSET_BEGINNING) for p in md.partitions]
-            reader.assign(parts)
-            pending = {p.partition for p in parts}
-            found: dict[tuple[str, int], bytes] = {}
-            deadline = time.monotonic() + 60
-            while pending and time.monotonic() < deadline:
-                for m in reader.consume(1000, 0.5):
-                    if m.error() is not None:
-                        if m.error().code() == KafkaError._PARTITION_EOF:
-                            pending.discard(m.partition())
-                        continue
-                    key = wanted.get(m.key() or b"")
-                    if key is not None and m.value() is not None:
-                        found[key] = m.value()
-            if pending:
-                raise AuditConsumerError(f"state topic {self.s.state_topic} not readable to its end in 60 s")
-        finally:
-            reader.close()
+            for m in read_to_end(self._base, self.s.state_topic, group_id=f"{self.s.group}.state-reader"):
+                key = wanted.get(m.key() or b"")
+                if key is not None and m.value() is not None:
+                    found[key] = m.value()
+        except TopicError as exc:
+            raise AuditConsumerError(f"cannot read the state topic: {exc}") from exc
         return {k: decode_state(v, self.s.window_ms, self.s.grace_ms) for k, v in found.items()}
 
     # ------------------------------------------------------------------ counting (hot path)

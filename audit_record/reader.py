@@ -7,17 +7,17 @@ sees the audit consumer's snapshots only once their transaction commits.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from audit_record.codec import decode
 from audit_record.dead_letter import DeadLetter
 from audit_record.record import AuditRecord, MalformedRecordError
 from kafka_audit.errors import KafkaAuditError
+from kafka_audit.topics import TopicError, read_to_end
 
 COMPONENT = "audit-reader"
 
@@ -66,52 +66,39 @@ def read_audit_log(
     Raises:
         AuditLogError: if the end is not reached within ``timeout_s``.
     """
-    consumer = Consumer(
-        {
-            **config,
-            "group.id": "kafka-audit.reader",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-        }
-    )
     dlq = Producer({**config, "acks": "all", "enable.idempotence": True}) if dlq_topic else None
     table = SnapshotTable()
+    messages = read_to_end(
+        config,
+        audit_topic,
+        group_id="kafka-audit.reader",
+        timeout_s=timeout_s,
+        missing_ok=True,
+        batch_size=2000,
+    )
     try:
-        md = consumer.list_topics(audit_topic, timeout=10).topics.get(audit_topic)
-        if md is None or md.error is not None or not md.partitions:
-            return table
-        consumer.assign([TopicPartition(audit_topic, p, OFFSET_BEGINNING) for p in md.partitions])
-        pending = set(md.partitions)
-        deadline = time.monotonic() + timeout_s
-        while pending:
-            if time.monotonic() > deadline:
-                raise AuditLogError(f"audit topic {audit_topic!r} not read to its end in {timeout_s:.0f} s")
-            for m in consumer.consume(2000, 0.5):
-                if m.error() is not None:
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        pending.discard(m.partition())
-                    continue
-                table.read += 1
-                try:
-                    table.add(decode(m.value()))
-                except MalformedRecordError as exc:
-                    table.malformed[exc.reason] += 1
-                    if dlq is not None:
-                        dl = DeadLetter(
-                            COMPONENT,
-                            exc.reason,
-                            exc.detail,
-                            m.topic(),
-                            m.partition(),
-                            m.offset(),
-                            m.key(),
-                            m.value(),
-                        )
-                        dlq.produce(dlq_topic, dl.value, dl.key, headers=dl.headers())
-                        dlq.poll(0)
+        for m in messages:
+            table.read += 1
+            try:
+                table.add(decode(m.value()))
+            except MalformedRecordError as exc:
+                table.malformed[exc.reason] += 1
+                if dlq is not None:
+                    dl = DeadLetter(
+                        COMPONENT,
+                        exc.reason,
+                        exc.detail,
+                        m.topic(),
+                        m.partition(),
+                        m.offset(),
+                        m.key(),
+                        m.value(),
+                    )
+                    dlq.produce(dlq_topic, dl.value, dl.key, headers=dl.headers())
+                    dlq.poll(0)
+    except TopicError as exc:
+        raise AuditLogError(str(exc)) from exc
     finally:
-        consumer.close()
         if dlq is not None:
             dlq.flush(30)
     return table

@@ -1,10 +1,11 @@
-"""Creation of the platform's own topics (audit, dead-letter, state), idempotently."""
+"""The platform's own topics (audit, dead-letter, state): created idempotently, read to their end."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafka_audit.errors import KafkaAuditError
@@ -58,3 +59,61 @@ def ensure_topic(
     except KafkaException as exc:
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise TopicError(f"cannot create topic {name!r}: {exc.args[0].str()}") from exc
+
+
+def read_to_end(
+    config: Mapping[str, object],
+    topic: str,
+    *,
+    group_id: str,
+    read_committed: bool = True,
+    timeout_s: float = 60.0,
+    missing_ok: bool = False,
+    batch_size: int = 1000,
+) -> Iterator[Message]:
+    """Yield every message of ``topic``, from the beginning of each partition to its end.
+
+    The end is the partition EOF librdkafka reports: the high watermark, or the last stable offset
+    with ``read_committed`` (so records of open transactions are not waited for). Nothing is committed.
+
+    Args:
+        config: librdkafka connection config (copied).
+        topic: Topic to read.
+        group_id: ``group.id`` for the reader (partitions are assigned, not subscribed).
+        read_committed: ``isolation.level`` read_committed (default) or read_uncommitted.
+        timeout_s: Deadline for reaching the end of every partition, s.
+        missing_ok: Yield nothing (instead of raising) when the topic does not exist.
+        batch_size: Messages per ``consume()`` call.
+
+    Raises:
+        TopicError: if the topic does not exist (unless ``missing_ok``), or an end is not reached in time.
+    """
+    consumer = Consumer(
+        {
+            **config,
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed" if read_committed else "read_uncommitted",
+        }
+    )
+    try:
+        md = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if md is None or md.error is not None or not md.partitions:
+            if missing_ok:
+                return
+            raise TopicError(f"topic {topic!r} does not exist")
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.partitions])
+        pending = set(md.partitions)
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            if time.monotonic() > deadline:
+                raise TopicError(f"topic {topic!r} not read to its end in {timeout_s:.0f} s")
+            for m in consumer.consume(batch_size, 0.5):
+                err = m.error()
+                if err is None:
+                    yield m
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    pending.discard(m.partition())
+    finally:
+        consumer.close()

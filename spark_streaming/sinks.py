@@ -21,12 +21,12 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from audit_record.codec import encode_object
 from audit_record.dead_letter import DeadLetter
 from kafka_audit.errors import KafkaAuditError
-from kafka_audit.topics import AUDIT_TOPIC_CONFIG, STATE_TOPIC_CONFIG, ensure_topic
+from kafka_audit.topics import AUDIT_TOPIC_CONFIG, STATE_TOPIC_CONFIG, ensure_topic, read_to_end
 from spark_streaming.reconcile import result_key
 from spark_streaming.state import RESULT_COLUMNS
 
@@ -83,30 +83,11 @@ class KafkaResultSink:
         self.last_batch = self._read_marker()
 
     def _read_marker(self) -> int:
-        c = Consumer(
-            {
-                **self.config,
-                "group.id": f"{self.query_name}.marker",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-            }
-        )
+        """Return the last micro-batch id committed to the commits topic (-1 if none)."""
         last = -1
-        try:
-            c.assign([TopicPartition(self.commits_topic, 0, OFFSET_BEGINNING)])
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                msgs = c.consume(500, 0.5)
-                if any(m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF for m in msgs):
-                    break
-                for m in msgs:
-                    if m.error() is None and m.key() == self.query_name.encode():
-                        last = int(m.value())
-            else:
-                raise SinkError(f"commits topic {self.commits_topic} not readable to its end in 60 s")
-        finally:
-            c.close()
+        for m in read_to_end(self.config, self.commits_topic, group_id=f"{self.query_name}.marker"):
+            if m.key() == self.query_name.encode():
+                last = int(m.value())
         return last
 
     def write(self, batch_id: int, results: list[dict[str, Any]], dead: list[dict[str, Any]]) -> bool:

@@ -9,18 +9,16 @@ consumer's counting path on purpose: it is what every measurement is checked aga
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from audit_record import PRODUCER_TIER
 from audit_record.reader import SnapshotTable, read_audit_log
 from audit_record.stamp import STAMP_HEADER
 from audit_record.stamp import decode as decode_stamp
 from kafka_audit.errors import KafkaAuditError
+from kafka_audit.topics import TopicError, read_to_end
 from spark_streaming.rates import duplicate_rate, loss_rate
 
 
@@ -78,24 +76,6 @@ class Verification:
     audit_log: SnapshotTable | None = None
 
 
-def _read_topic(config: Mapping[str, object], topic: str, timeout_s: float) -> Consumer:
-    consumer = Consumer(
-        {
-            **config,
-            "group.id": "kafka-audit.verify",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_uncommitted",
-        }
-    )
-    md = consumer.list_topics(topic, timeout=10).topics.get(topic)
-    if md is None or md.error is not None:
-        consumer.close()
-        raise VerifyError(f"topic {topic!r} does not exist")
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.partitions])
-    return consumer
-
-
 def verify_topic(
     config: Mapping[str, object],
     topic: str,
@@ -117,39 +97,37 @@ def verify_topic(
     """
     rows: dict[tuple[int, str | None], WindowTruth] = {}
     result = Verification(topic, window_ms, rows)
-    consumer = _read_topic(config, topic, timeout_s)
-    pending = {tp.partition for tp in consumer.assignment()}
-    deadline = time.monotonic() + timeout_s
+    messages = read_to_end(
+        config,
+        topic,
+        group_id="kafka-audit.verify",
+        read_committed=False,
+        timeout_s=timeout_s,
+        batch_size=5000,
+    )
     try:
-        while pending:
-            if time.monotonic() > deadline:
-                raise VerifyError(f"topic {topic!r} not read to its end in {timeout_s:.0f} s")
-            for m in consumer.consume(5000, 0.5):
-                if m.error() is not None:
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        pending.discard(m.partition())
+        for m in messages:
+            result.messages += 1
+            ts = m.timestamp()[1]
+            start = ts - ts % window_ms
+            stamp = next((v for k, v in (m.headers() or []) if k == STAMP_HEADER), None)
+            pid: str | None = None
+            seq = -1
+            if stamp is not None:
+                try:
+                    pid_bytes, seq = decode_stamp(stamp)
+                    pid = pid_bytes.decode()
+                except ValueError:
+                    result.malformed_stamps += 1
                     continue
-                result.messages += 1
-                ts = m.timestamp()[1]
-                start = ts - ts % window_ms
-                stamp = next((v for k, v in (m.headers() or []) if k == STAMP_HEADER), None)
-                pid: str | None = None
-                seq = -1
-                if stamp is not None:
-                    try:
-                        pid_bytes, seq = decode_stamp(stamp)
-                        pid = pid_bytes.decode()
-                    except ValueError:
-                        result.malformed_stamps += 1
-                        continue
-                row = rows.get((start, pid))
-                if row is None:
-                    row = rows[(start, pid)] = WindowTruth(topic, start, pid)
-                row.received += 1
-                if pid is not None:
-                    row.sequences.add(seq)
-    finally:
-        consumer.close()
+            row = rows.get((start, pid))
+            if row is None:
+                row = rows[(start, pid)] = WindowTruth(topic, start, pid)
+            row.received += 1
+            if pid is not None:
+                row.sequences.add(seq)
+    except TopicError as exc:
+        raise VerifyError(str(exc)) from exc
     for row in rows.values():
         row.unique = len(row.sequences) if row.producer_id is not None else 0
         row.duplicated = row.received - row.unique if row.producer_id is not None else 0

@@ -12,7 +12,7 @@ import time
 
 import fastavro
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from audit_producer import ProducerAuditSettings
 from audit_producer.load import run_load
@@ -20,6 +20,7 @@ from audit_record import AuditRecord, codec, encode
 from audit_record.dead_letter import REASON_HEADER
 from audit_record.reader import read_audit_log
 from audit_record.stamp import STAMP_HEADER
+from kafka_audit.topics import read_to_end
 from testbed.report import cluster_counts, compare_with_cluster
 from testbed.verify import verify_topic
 
@@ -146,23 +147,6 @@ def _malformed_audit_values(n: int) -> list[tuple[str, bytes]]:
     return out
 
 
-def _read_all(kconfig: dict[str, str], topic: str, expected: int, timeout_s: float = 60) -> list:
-    c = Consumer({**kconfig, "group.id": "dlq-check", "enable.partition.eof": True})
-    md = c.list_topics(topic, timeout=10).topics[topic]
-    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.partitions])
-    msgs, pending = [], set(md.partitions)
-    deadline = time.monotonic() + timeout_s
-    while (pending or len(msgs) < expected) and time.monotonic() < deadline:
-        for m in c.consume(1000, 0.5):
-            if m.error() is not None:
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    pending.discard(m.partition())
-                continue
-            msgs.append(m)
-    c.close()
-    return msgs
-
-
 def test_malformed_records_go_to_dead_letter_topic_and_nothing_stops(kconfig, bootstrap, topic, audit_topics):
     audit_topic, dlq = audit_topics["audit_topic"], audit_topics["dlq_topic"]
     audit = ProducerAuditSettings(
@@ -201,7 +185,7 @@ def test_malformed_records_go_to_dead_letter_topic_and_nothing_stops(kconfig, bo
     assert compare_with_cluster(v, CLUSTER) == []
     assert sum(r.unique for r in v.rows.values()) == 5_000
     # The dead-letter topic holds all 2,000, with the original bytes and the reason.
-    letters = _read_all(kconfig, dlq, 2_000)
+    letters = list(read_to_end(kconfig, dlq, group_id="dlq-check"))
     assert len(letters) == 2_000
     reasons = [dict(m.headers())[REASON_HEADER].decode() for m in letters]
     assert reasons.count("bad_stamp") == 1_000

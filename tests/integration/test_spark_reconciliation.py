@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from audit_producer import AuditedProducer, ProducerAuditSettings
 from audit_producer.load import run_load
@@ -21,7 +21,7 @@ from audit_record import PRODUCER_TIER, stamp
 from audit_record.dead_letter import COMPONENT_HEADER
 from audit_record.reader import read_audit_log
 from audit_record.stamp import STAMP_HEADER
-from kafka_audit.topics import ensure_topic
+from kafka_audit.topics import ensure_topic, read_to_end
 from spark_streaming.job import ReconciliationJob
 from spark_streaming.results import final_results, read_results
 from spark_streaming.settings import SparkJobSettings
@@ -182,17 +182,8 @@ def test_loss_and_duplicates_rates_equal_verifier_exactly(tmp_path, request, aud
         for start, (r_l, r_d, _, _) in truth.items():
             [row] = finals[(topic, start, f"cluster:{CLUSTER}")]
             assert (row["loss_rate"], row["duplicate_rate"]) == (r_l, r_d), start
-        c = Consumer({**kconfig, "group.id": "t", "enable.partition.eof": True})
-        c.assign([TopicPartition(audit_topics["dlq_topic"], 0, OFFSET_BEGINNING)])
-        spark_letters, eof = 0, False
-        deadline = time.monotonic() + 30
-        while not eof and time.monotonic() < deadline:
-            for m in c.consume(500, 0.5):
-                if m.error() is not None:
-                    eof = m.error().code() == KafkaError._PARTITION_EOF
-                elif dict(m.headers())[COMPONENT_HEADER] == b"spark":
-                    spark_letters += 1
-        c.close()
+        letters = list(read_to_end(kconfig, audit_topics["dlq_topic"], group_id="t"))
+        spark_letters = sum(dict(m.headers())[COMPONENT_HEADER] == b"spark" for m in letters)
         assert spark_letters == 200
         assert job.metrics.dead_letters.labels("spark", "bad_magic")._value.get() > 0
     finally:
