@@ -472,6 +472,20 @@ def status(
         raise typer.Exit(1)
 
 
+# ------------------------------------------------------------------------- commands of other packages
+# Each package owns its commands: ``<package>/cli.py`` defines ``register(app)``. They import heavy
+# libraries (torch, matplotlib, grafana) inside the command bodies, so ``kafka-audit --help`` stays fast.
+def _register_package_commands() -> None:
+    import importlib
+
+    for package in ("testbed", "predictor", "alerts", "dashboards"):
+        module = importlib.import_module(f"{package}.cli")
+        module.register(app)
+
+
+_register_package_commands()
+
+
 def main() -> None:  # pragma: no cover - console script entry
     """Console script entry point."""
     app()

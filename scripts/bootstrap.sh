@@ -8,8 +8,10 @@ CACHE="${KAFKA_AUDIT_CACHE:-$HOME/.cache/kafka-audit}"
 mkdir -p "$CACHE"
 log() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*" >&2; }
 
-# 1. Debian packages (Java for Kafka and Spark, Maven for the jars, iproute2/iptables for the testbed).
-APT_PACKAGES=(openjdk-17-jre-headless maven iproute2 iptables)
+# 1. Debian packages: Java (Kafka, Spark), Maven (jars), iproute2/iptables/ping + libnetfilter-queue (testbed),
+#    Prometheus/Alertmanager (alerts, dashboards tests), Chromium (report screenshot test).
+APT_PACKAGES=(openjdk-17-jre-headless maven iproute2 iptables iputils-ping build-essential python3.11-dev
+  libnetfilter-queue-dev prometheus prometheus-alertmanager chromium)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

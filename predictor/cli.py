@@ -1,0 +1,9 @@
+"""`kafka-audit predictor ...` and `kafka-audit suggest`."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this package's commands to the ``kafka-audit`` typer app."""

@@ -1,0 +1,9 @@
+"""`kafka-audit testbed ...`: network impairment, scenarios, grids, figures."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this package's commands to the ``kafka-audit`` typer app."""
