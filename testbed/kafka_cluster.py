@@ -101,12 +101,18 @@ class KafkaCluster:
     nodes: list[Node] = field(default_factory=list)
     cluster_id: str = ""
     heap_mb: int = 768
+    broker_host: str = HOST
     _procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False, compare=False)
 
     # ---------------------------------------------------------------- construction and state
     @classmethod
     def create(
-        cls, data_dir: Path, brokers: int = 1, base_port: int | None = None, heap_mb: int = 768
+        cls,
+        data_dir: Path,
+        brokers: int = 1,
+        base_port: int | None = None,
+        heap_mb: int = 768,
+        broker_host: str = HOST,
     ) -> KafkaCluster:
         """Plan a new cluster (nothing is started).
 
@@ -116,6 +122,9 @@ class KafkaCluster:
             base_port: First port; node i uses ``base_port + 2i`` (broker) and ``+ 2i + 1`` (controller).
                 None picks free ports.
             heap_mb: JVM heap per node (MiB).
+            broker_host: Address of the PLAINTEXT (client) listener, bound and advertised. 127.0.0.1 by
+                default; the testbed uses the host end of its veth pair so that a producer in another
+                network namespace can reach the brokers. The controller listener stays on 127.0.0.1.
 
         Raises:
             ClusterError: if ``brokers`` is not 1 or 3.
@@ -131,7 +140,9 @@ class KafkaCluster:
         cid = "-"
         while cid.startswith("-"):  # as Kafka's Uuid.randomUuid(): never start with '-' (reads as an option)
             cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        return cls(data_dir=Path(data_dir), nodes=nodes, cluster_id=cid, heap_mb=heap_mb)
+        return cls(
+            data_dir=Path(data_dir), nodes=nodes, cluster_id=cid, heap_mb=heap_mb, broker_host=broker_host
+        )
 
     @classmethod
     def load(cls, data_dir: Path) -> KafkaCluster | None:
@@ -145,6 +156,7 @@ class KafkaCluster:
             nodes=[Node(**n) for n in data["nodes"]],
             cluster_id=data["cluster_id"],
             heap_mb=data.get("heap_mb", 768),
+            broker_host=data.get("broker_host", HOST),
         )
 
     def _save(self) -> None:
@@ -152,6 +164,7 @@ class KafkaCluster:
         data = {
             "cluster_id": self.cluster_id,
             "heap_mb": self.heap_mb,
+            "broker_host": self.broker_host,
             "nodes": [asdict(n) for n in self.nodes],
         }
         (self.data_dir / "cluster.json").write_text(json.dumps(data, indent=2))
@@ -159,7 +172,7 @@ class KafkaCluster:
     @property
     def bootstrap_servers(self) -> str:
         """``host:port,...`` of every broker listener."""
-        return ",".join(f"{HOST}:{n.broker_port}" for n in self.nodes)
+        return ",".join(f"{self.broker_host}:{n.broker_port}" for n in self.nodes)
 
     @property
     def replication_factor(self) -> int:
@@ -186,8 +199,10 @@ class KafkaCluster:
             "process.roles": "broker,controller",
             "node.id": node.node_id,
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://{HOST}:{node.broker_port},CONTROLLER://{HOST}:{node.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{HOST}:{node.broker_port}",
+            "listeners": (
+                f"PLAINTEXT://{self.broker_host}:{node.broker_port},CONTROLLER://{HOST}:{node.controller_port}"
+            ),
+            "advertised.listeners": f"PLAINTEXT://{self.broker_host}:{node.broker_port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -348,7 +363,7 @@ class KafkaCluster:
         return [
             {
                 "node": n.node_id,
-                "broker": f"{HOST}:{n.broker_port}",
+                "broker": f"{self.broker_host}:{n.broker_port}",
                 "controller": f"{HOST}:{n.controller_port}",
                 "pid": n.pid,
                 "running": n.pid is not None and _pid_alive(n.pid),
