@@ -9,6 +9,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafka_audit.errors import KafkaAuditError
+from kafka_audit.security import client_config, wait_for_cluster
 
 AUDIT_TOPIC_CONFIG = {"cleanup.policy": "compact,delete", "retention.ms": str(7 * 24 * 3600 * 1000)}
 """The audit topic keeps the newest snapshot per key (compaction) for a week."""
@@ -22,9 +23,12 @@ class TopicError(KafkaAuditError):
 
 
 def connection_config(config: Mapping[str, object]) -> dict[str, object]:
-    """Return the connection part of a librdkafka config (servers, security, SASL/SSL), copied."""
+    """Return the connection part of a librdkafka config (servers, security, SASL/SSL), copied.
+
+    Security properties come from the config, else from ``KAFKA_AUDIT_KAFKA_*`` (``client_config``).
+    """
     keep = ("bootstrap.servers", "security.protocol", "client.dns.lookup", "broker.address.family")
-    return {k: v for k, v in config.items() if k in keep or k.startswith(("sasl.", "ssl."))}
+    return {k: v for k, v in client_config(config).items() if k in keep or k.startswith(("sasl.", "ssl."))}
 
 
 def ensure_topic(
@@ -47,8 +51,13 @@ def ensure_topic(
 
     Raises:
         TopicError: if the broker refuses (other than "already exists").
+        KafkaSecurityError: if the broker rejects the credentials or its certificate is not trusted.
+        KafkaConnectionError: if no broker answers within ``timeout_s``.
     """
-    admin = AdminClient({**connection_config(config), "log_level": 0})
+    conn = connection_config(config)
+    errors: list[KafkaError] = []
+    admin = AdminClient({**conn, "log_level": 0, "error_cb": errors.append})
+    wait_for_cluster(admin, errors, conn, timeout_s)
     futures = admin.create_topics(
         [NewTopic(name, partitions, replication_factor, config=dict(topic_config or {}))],
         operation_timeout=timeout_s,
@@ -87,17 +96,23 @@ def read_to_end(
 
     Raises:
         TopicError: if the topic does not exist (unless ``missing_ok``), or an end is not reached in time.
+        KafkaSecurityError: if the broker rejects the credentials or its certificate is not trusted.
+        KafkaConnectionError: if no broker answers.
     """
+    conf = client_config(config)
+    errors: list[KafkaError] = []
     consumer = Consumer(
         {
-            **config,
+            **conf,
             "group.id": group_id,
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "isolation.level": "read_committed" if read_committed else "read_uncommitted",
+            "error_cb": errors.append,
         }
     )
     try:
+        wait_for_cluster(consumer, errors, conf, min(timeout_s, 30.0))
         md = consumer.list_topics(topic, timeout=10).topics.get(topic)
         if md is None or md.error is not None or not md.partitions:
             if missing_ok:

@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from kafka_audit.errors import KafkaAuditError
 from kafka_audit.jvm import classpath, java_executable
 
@@ -78,12 +80,35 @@ class Node:
         broker_port: PLAINTEXT listener port on 127.0.0.1.
         controller_port: CONTROLLER listener port on 127.0.0.1.
         pid: Process id of the JVM, or None when not started.
+        sasl_ssl_port: SASL_SSL listener port on 127.0.0.1, or None without that listener.
     """
 
     node_id: int
     broker_port: int
     controller_port: int
     pid: int | None = None
+    sasl_ssl_port: int | None = None
+
+
+_SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass(frozen=True)
+class SaslSslListener:
+    """An extra client listener with TLS and SASL/SCRAM, next to the PLAINTEXT one.
+
+    Inter-broker and controller traffic stay on PLAINTEXT / CONTROLLER. The broker's key and
+    certificate are read from PEM (Kafka ``ssl.keystore.type=PEM``, KIP-651); SCRAM credentials are
+    stored in the cluster metadata when the storage is formatted (``kafka-storage format --add-scram``).
+
+    Attributes:
+        keystore_location: PEM file with the server's unencrypted PKCS#8 private key followed by its
+            certificate chain (``ssl.keystore.location``); the certificate must name 127.0.0.1 (SAN).
+        mechanisms: ``sasl.enabled.mechanisms``, a subset of SCRAM-SHA-256, SCRAM-SHA-512.
+    """
+
+    keystore_location: Path
+    mechanisms: tuple[str, ...] = _SCRAM_MECHANISMS
 
 
 @dataclass
@@ -102,6 +127,8 @@ class KafkaCluster:
     cluster_id: str = ""
     heap_mb: int = 768
     broker_host: str = HOST
+    sasl_ssl: SaslSslListener | None = None
+    scram_users: dict[str, SecretStr] = field(default_factory=dict, repr=False, compare=False)
     _procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False, compare=False)
 
     # ---------------------------------------------------------------- construction and state
@@ -113,6 +140,8 @@ class KafkaCluster:
         base_port: int | None = None,
         heap_mb: int = 768,
         broker_host: str = HOST,
+        sasl_ssl: SaslSslListener | None = None,
+        scram_users: dict[str, SecretStr] | None = None,
     ) -> KafkaCluster:
         """Plan a new cluster (nothing is started).
 
@@ -125,23 +154,41 @@ class KafkaCluster:
             broker_host: Address of the PLAINTEXT (client) listener, bound and advertised. 127.0.0.1 by
                 default; the testbed uses the host end of its veth pair so that a producer in another
                 network namespace can reach the brokers. The controller listener stays on 127.0.0.1.
+            sasl_ssl: Also open a SASL_SSL client listener on 127.0.0.1 (port ``base_port + 2n + i``
+                with n brokers, or a free port).
+            scram_users: SCRAM users (name -> password) created for every SCRAM mechanism when the
+                storage is first formatted; kept in memory only, never written to ``cluster.json``.
 
         Raises:
-            ClusterError: if ``brokers`` is not 1 or 3.
+            ClusterError: if ``brokers`` is not 1 or 3, a mechanism is not SCRAM, or a user name or
+                password holds one of ``,[]="`` (the storage tool's separators).
         """
         if brokers not in (1, 3):
             raise ClusterError(f"brokers must be 1 or 3, got {brokers}")
+        if sasl_ssl is not None and not set(sasl_ssl.mechanisms) <= set(_SCRAM_MECHANISMS):
+            raise ClusterError(f"sasl_ssl mechanisms: allowed values are {', '.join(_SCRAM_MECHANISMS)}")
+        for name, password in (scram_users or {}).items():
+            if set(',[]="') & set(name + password.get_secret_value()):
+                raise ClusterError(f'SCRAM user {name!r}: name and password must not contain any of ,[]="')
         nodes = []
         for i in range(brokers):
             if base_port is None:
                 nodes.append(Node(i + 1, free_port(), free_port()))
             else:
                 nodes.append(Node(i + 1, base_port + 2 * i, base_port + 2 * i + 1))
+            if sasl_ssl is not None:
+                nodes[-1].sasl_ssl_port = free_port() if base_port is None else base_port + 2 * brokers + i
         cid = "-"
         while cid.startswith("-"):  # as Kafka's Uuid.randomUuid(): never start with '-' (reads as an option)
             cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         return cls(
-            data_dir=Path(data_dir), nodes=nodes, cluster_id=cid, heap_mb=heap_mb, broker_host=broker_host
+            data_dir=Path(data_dir),
+            nodes=nodes,
+            cluster_id=cid,
+            heap_mb=heap_mb,
+            broker_host=broker_host,
+            sasl_ssl=sasl_ssl,
+            scram_users=dict(scram_users or {}),
         )
 
     @classmethod
@@ -151,12 +198,16 @@ class KafkaCluster:
         if not state.exists():
             return None
         data = json.loads(state.read_text())
+        tls = data.get("sasl_ssl")
         return cls(
             data_dir=Path(data_dir),
             nodes=[Node(**n) for n in data["nodes"]],
             cluster_id=data["cluster_id"],
             heap_mb=data.get("heap_mb", 768),
             broker_host=data.get("broker_host", HOST),
+            sasl_ssl=SaslSslListener(Path(tls["keystore_location"]), tuple(tls["mechanisms"]))
+            if tls
+            else None,
         )
 
     def _save(self) -> None:
@@ -165,6 +216,14 @@ class KafkaCluster:
             "cluster_id": self.cluster_id,
             "heap_mb": self.heap_mb,
             "broker_host": self.broker_host,
+            "sasl_ssl": (
+                {
+                    "keystore_location": str(self.sasl_ssl.keystore_location),
+                    "mechanisms": self.sasl_ssl.mechanisms,
+                }
+                if self.sasl_ssl
+                else None
+            ),
             "nodes": [asdict(n) for n in self.nodes],
         }
         (self.data_dir / "cluster.json").write_text(json.dumps(data, indent=2))
@@ -173,6 +232,17 @@ class KafkaCluster:
     def bootstrap_servers(self) -> str:
         """``host:port,...`` of every broker listener."""
         return ",".join(f"{self.broker_host}:{n.broker_port}" for n in self.nodes)
+
+    @property
+    def sasl_ssl_bootstrap_servers(self) -> str:
+        """``127.0.0.1:port,...`` of every SASL_SSL listener.
+
+        Raises:
+            ClusterError: if the cluster was created without ``sasl_ssl``.
+        """
+        if self.sasl_ssl is None:
+            raise ClusterError(f"cluster in {self.data_dir} has no SASL_SSL listener")
+        return ",".join(f"{HOST}:{n.sasl_ssl_port}" for n in self.nodes)
 
     @property
     def replication_factor(self) -> int:
@@ -201,11 +271,14 @@ class KafkaCluster:
             "controller.quorum.voters": voters,
             "listeners": (
                 f"PLAINTEXT://{self.broker_host}:{node.broker_port},CONTROLLER://{HOST}:{node.controller_port}"
+                + (f",SASL_SSL://{HOST}:{node.sasl_ssl_port}" if self.sasl_ssl else "")
             ),
-            "advertised.listeners": f"PLAINTEXT://{self.broker_host}:{node.broker_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.broker_host}:{node.broker_port}"
+            + (f",SASL_SSL://{HOST}:{node.sasl_ssl_port}" if self.sasl_ssl else ""),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+            + (",SASL_SSL:SASL_SSL" if self.sasl_ssl else ""),
             "log.dirs": str(self._node_dir(node) / "data"),
             "num.partitions": 3,
             "default.replication.factor": rf,
@@ -222,7 +295,21 @@ class KafkaCluster:
             "num.network.threads": 2,
             "num.io.threads": 4,
         }
+        if self.sasl_ssl is not None:
+            props.update(self._sasl_ssl_properties(self.sasl_ssl))
         return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    @staticmethod
+    def _sasl_ssl_properties(tls: SaslSslListener) -> dict[str, object]:
+        """Return the SASL_SSL listener's broker properties (Kafka docs: SASL/SCRAM authentication)."""
+        props: dict[str, object] = {"sasl.enabled.mechanisms": ",".join(tls.mechanisms)}
+        for mechanism in tls.mechanisms:
+            props[f"listener.name.sasl_ssl.{mechanism.lower()}.sasl.jaas.config"] = (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            )
+        props["ssl.keystore.type"] = "PEM"
+        props["ssl.keystore.location"] = str(tls.keystore_location)
+        return props
 
     def _java(self, main: str, *args: str, heap_mb: int = 256) -> list[str]:
         log4j = resources.files("testbed").joinpath("log4j2.properties")
@@ -252,8 +339,8 @@ class KafkaCluster:
         if self.running_nodes():
             raise ClusterError(f"cluster in {self.data_dir} is already running ({self.bootstrap_servers})")
         for node in self.nodes:
-            for port in (node.broker_port, node.controller_port):
-                if not _port_is_free(port):
+            for port in (node.broker_port, node.controller_port, node.sasl_ssl_port):
+                if port is not None and not _port_is_free(port):
                     raise PortInUseError(f"port {HOST}:{port} is already in use (node {node.node_id})")
         self._save()
         for node in self.nodes:
@@ -269,15 +356,17 @@ class KafkaCluster:
                         f"--cluster-id={self.cluster_id}",
                         "-c",
                         str(props),
+                        *self._scram_arguments(),
                     ),
                     capture_output=True,
                     text=True,
                     check=False,
                 )
                 if fmt.returncode != 0:
-                    raise ClusterError(
-                        f"kafka storage format failed for node {node.node_id}: {fmt.stderr or fmt.stdout}"
-                    )
+                    out = fmt.stderr or fmt.stdout
+                    for password in self.scram_users.values():
+                        out = out.replace(password.get_secret_value(), "**********")
+                    raise ClusterError(f"kafka storage format failed for node {node.node_id}: {out}")
         for node in self.nodes:
             self._launch(node)
         self._save()
@@ -286,6 +375,17 @@ class KafkaCluster:
         except ClusterError:
             self.stop()
             raise
+
+    def _scram_arguments(self) -> list[str]:
+        """``--add-scram MECHANISM=[name=...,password=...]`` for every user and SCRAM mechanism."""
+        if self.sasl_ssl is None:
+            return []
+        return [
+            arg
+            for name, password in self.scram_users.items()
+            for mechanism in self.sasl_ssl.mechanisms
+            for arg in ("--add-scram", f"{mechanism}=[name={name},password={password.get_secret_value()}]")
+        ]
 
     def _launch(self, node: Node) -> None:
         ndir = self._node_dir(node)
