@@ -37,6 +37,7 @@ from audit_consumer.watchdog import TransactionHungError, call_with_deadline
 from audit_record import AuditRecord, DeadLetter, cluster_tier, encode, now_ms
 from audit_record.stamp import STAMP_HEADER, MalformedStampError, producer_id_text
 from kafka_audit.errors import KafkaAuditError
+from kafka_audit.security import client_config
 from kafka_audit.topics import AUDIT_TOPIC_CONFIG, STATE_TOPIC_CONFIG, TopicError, ensure_topic, read_to_end
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,9 @@ class AuditConsumer:
         self.s = settings
         self.tier = cluster_tier(settings.cluster)
         self.stats = ConsumerStats()
-        base = {"bootstrap.servers": settings.bootstrap_servers, **settings.extra_config}
+        base = client_config(
+            {"bootstrap.servers": settings.bootstrap_servers, **settings.extra_config}, settings.kafka
+        )
         self._base = base
         self._consumer = Consumer(
             {

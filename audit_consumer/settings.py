@@ -8,6 +8,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from audit_record import DEFAULT_AUDIT_TOPIC, DEFAULT_DLQ_TOPIC, DEFAULT_WINDOW_MS
+from kafka_audit.security import KafkaSecurity
 
 DEFAULT_STATE_TOPIC = "__kafka_audit_state"
 
@@ -34,7 +35,9 @@ class AuditConsumerSettings(BaseSettings):
         batch_size: Messages per ``consume()`` call.
         transaction_timeout_ms: Timeout of each transactional call, ms; a call still blocked after 1.5x
             this (librdkafka #5456) gets its producer replaced and the state rewound.
-        extra_config: librdkafka properties for the consumer and producer (security etc.), passed through.
+        extra_config: librdkafka properties for the consumer and producer, passed through; security
+            properties here (``security.protocol`` and the rest) replace ``kafka``.
+        kafka: TLS / SASL settings of every client (default: ``KAFKA_AUDIT_KAFKA_*``).
     """
 
     model_config = SettingsConfigDict(env_prefix="KAFKA_AUDIT_CONSUMER_", frozen=True)
@@ -56,6 +59,7 @@ class AuditConsumerSettings(BaseSettings):
     batch_size: int = Field(5_000, gt=0)
     transaction_timeout_ms: int = Field(30_000, gt=0)
     extra_config: dict[str, str] = Field(default_factory=dict)
+    kafka: KafkaSecurity = Field(default_factory=KafkaSecurity.from_env)
 
     @property
     def group(self) -> str:

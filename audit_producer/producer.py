@@ -26,6 +26,7 @@ from audit_producer.settings import ProducerAuditSettings
 from audit_record import PRODUCER_TIER, AuditRecord, NetworkStats, encode, now_ms
 from audit_record.stamp import STAMP_HEADER, encode_prefix, new_producer_id
 from kafka_audit.errors import ConfigError
+from kafka_audit.security import client_config
 from kafka_audit.topics import AUDIT_TOPIC_CONFIG, connection_config, ensure_topic
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ class AuditedProducer:
 
     def __init__(self, config: Mapping[str, Any], audit: ProducerAuditSettings | None = None) -> None:
         self.settings = audit or ProducerAuditSettings()
-        cfg = dict(config)
+        cfg = client_config(config)  # security from KAFKA_AUDIT_KAFKA_* unless config names it
         self.client_id = str(cfg.get("client.id", "rdkafka"))
         self.producer_id = new_producer_id(self.client_id)
         self.reliability = reliability_config(cfg, self.settings.poll_interval_ms)

@@ -17,6 +17,7 @@ from audit_record.codec import decode
 from audit_record.dead_letter import DeadLetter
 from audit_record.record import AuditRecord, MalformedRecordError
 from kafka_audit.errors import KafkaAuditError
+from kafka_audit.security import client_config
 from kafka_audit.topics import TopicError, read_to_end
 
 COMPONENT = "audit-reader"
@@ -66,7 +67,9 @@ def read_audit_log(
     Raises:
         AuditLogError: if the end is not reached within ``timeout_s``.
     """
-    dlq = Producer({**config, "acks": "all", "enable.idempotence": True}) if dlq_topic else None
+    dlq = (
+        Producer({**client_config(config), "acks": "all", "enable.idempotence": True}) if dlq_topic else None
+    )
     table = SnapshotTable()
     messages = read_to_end(
         config,

@@ -164,7 +164,9 @@ class KafkaSecurity(BaseSettings):
             return cls(**overrides)
         except ValidationError as exc:
             problems = "; ".join(
-                f"{ENV_PREFIX}{'_'.join(str(x) for x in e['loc']).upper()}: {e['msg']}" for e in exc.errors()
+                (f"{ENV_PREFIX}{'_'.join(str(x) for x in e['loc']).upper()}: " if e["loc"] else "")
+                + e["msg"].removeprefix("Value error, ")
+                for e in exc.errors()
             )
             raise ConfigError(f"invalid Kafka security settings: {problems}") from None
 
@@ -198,7 +200,9 @@ class KafkaSecurity(BaseSettings):
             return cls(**values)
         except ValidationError as exc:
             problems = "; ".join(
-                f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors(include_input=False)
+                (f"{'.'.join(str(x) for x in e['loc'])}: " if e["loc"] else "")
+                + e["msg"].removeprefix("Value error, ")
+                for e in exc.errors(include_input=False)
             )
             raise ConfigError(f"invalid librdkafka security properties: {problems}") from None
 

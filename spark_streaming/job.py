@@ -20,6 +20,7 @@ from confluent_kafka import KafkaException, Producer
 
 from audit_record import now_ms
 from kafka_audit.jvm import jars_dir
+from kafka_audit.security import client_config, spark_kafka_options
 from kafka_audit.topics import AUDIT_TOPIC_CONFIG, ensure_topic
 from spark_streaming.decode import DECODED_SCHEMA, HEARTBEAT_KEY, decode_batches
 from spark_streaming.metrics import ResultMetrics
@@ -76,10 +77,9 @@ class ReconciliationJob:
     def __init__(self, settings: SparkJobSettings, listeners: list[ResultListener] | None = None) -> None:
         self.s = settings
         self.listeners = list(listeners or [])
-        self.kconf: dict[str, Any] = {
-            "bootstrap.servers": settings.bootstrap_servers,
-            **settings.extra_config,
-        }
+        self.kconf: dict[str, Any] = client_config(
+            {"bootstrap.servers": settings.bootstrap_servers, **settings.extra_config}, settings.kafka
+        )
         self.metrics = ResultMetrics()
         self.query: Any = None
         self.spark: Any = None
@@ -135,14 +135,13 @@ class ReconciliationJob:
         self.spark = spark_session(s.master, s.shuffle_partitions)
         reader = (
             self.spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", s.bootstrap_servers)
             .option("subscribe", s.audit_topic)
             .option("startingOffsets", "earliest")
             .option("kafka.isolation.level", "read_committed")
             .option("failOnDataLoss", "false")
         )
-        for k, v in s.extra_config.items():
-            reader = reader.option(f"kafka.{k}", v)
+        for k, v in spark_kafka_options(self.kconf).items():  # servers, security (Java names), extra_config
+            reader = reader.option(k, v)
         decoded = (
             reader.load()
             .select("key", "value", "partition", "offset", "timestamp")

@@ -8,6 +8,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from audit_record import DEFAULT_AUDIT_TOPIC, DEFAULT_DLQ_TOPIC
+from kafka_audit.security import KafkaSecurity
 
 
 class SparkJobSettings(BaseSettings):
@@ -33,7 +34,9 @@ class SparkJobSettings(BaseSettings):
         shuffle_partitions: ``spark.sql.shuffle.partitions`` (state partitions; fixed per checkpoint).
         metrics_port: Prometheus exporter port on 127.0.0.1 (0: none).
         query_name: Streaming query name; also names the transactional id of the sinks.
-        extra_config: librdkafka / Kafka client properties for every client (security), passed through.
+        extra_config: librdkafka / Kafka client properties for every client, passed through; security
+            properties here (librdkafka names, ``security.protocol`` and the rest) replace ``kafka``.
+        kafka: TLS / SASL settings of the Kafka source, sinks and heartbeat (default: KAFKA_AUDIT_KAFKA_*).
     """
 
     model_config = SettingsConfigDict(env_prefix="KAFKA_AUDIT_SPARK_", frozen=True)
@@ -55,3 +58,4 @@ class SparkJobSettings(BaseSettings):
     metrics_port: int = Field(0, ge=0)
     query_name: str = "kafka-audit-reconciliation"
     extra_config: dict[str, str] = Field(default_factory=dict)
+    kafka: KafkaSecurity = Field(default_factory=KafkaSecurity.from_env)
