@@ -24,6 +24,7 @@ from audit_consumer.consumer import AuditConsumer
 from audit_consumer.settings import AuditConsumerSettings
 from audit_producer.load import run_load
 from audit_producer.settings import ProducerAuditSettings
+from kafka_audit.security import client_config
 from kafka_audit.topics import ensure_topic
 from kafka_audit.up_settings import UpSettings
 from spark_streaming.job import ReconciliationJob
@@ -116,7 +117,7 @@ class Platform:
             bootstrap = self.cluster.bootstrap_servers
         self.bootstrap = bootstrap
         self._write_status()
-        conf = {"bootstrap.servers": bootstrap}
+        conf = client_config({"bootstrap.servers": bootstrap}, s.kafka)
         for t in s.all_topics:
             ensure_topic(conf, t, partitions=3)
         self.consumer = AuditConsumer(
@@ -124,6 +125,7 @@ class Platform:
                 cluster=s.cluster,
                 topics=s.all_topics,
                 bootstrap_servers=bootstrap,
+                kafka=s.kafka,
                 window_ms=s.window_ms,
                 grace_ms=s.consumer_grace_ms,
                 instance_id=f"up-{os.uname().nodename}",
@@ -133,6 +135,7 @@ class Platform:
         self.job = ReconciliationJob(
             SparkJobSettings(
                 bootstrap_servers=bootstrap,
+                kafka=s.kafka,
                 master=s.master,
                 clusters=[s.cluster],
                 trigger_ms=s.trigger_ms,
@@ -160,7 +163,10 @@ class Platform:
         )
         start = time.time_ns() // 1_000_000
         result = run_load(
-            {"bootstrap.servers": self.bootstrap, "client.id": f"up-{s.scenario}", **s.producer_config},
+            client_config(
+                {"bootstrap.servers": self.bootstrap, "client.id": f"up-{s.scenario}", **s.producer_config},
+                s.kafka,
+            ),
             s.scenario_topic,
             s.scenario,
             rate=s.rate,

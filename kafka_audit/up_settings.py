@@ -1,7 +1,9 @@
 """Settings of ``kafka-audit up``: defaults < config file (TOML or YAML) < environment < command line.
 
 Environment variables use the prefix ``KAFKA_AUDIT_UP_`` (``KAFKA_AUDIT_UP_WINDOW_MS=10000``);
-``producer_config`` holds librdkafka properties passed through to the load producers.
+``producer_config`` holds librdkafka properties passed through to the load producers. The ``[kafka]``
+section (:class:`~kafka_audit.security.KafkaSecurity`: TLS, SASL) secures every client; what it leaves
+out comes from ``KAFKA_AUDIT_KAFKA_*`` (keep the password there, not in the file).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pydantic_settings import (
 )
 
 from kafka_audit.errors import ConfigError
+from kafka_audit.security import KafkaSecurity
 
 SCENARIOS = ("social", "weblog", "game")
 
@@ -34,6 +37,7 @@ class UpSettings(BaseSettings):
         master: Spark master. trigger_ms: micro-batch trigger, ms. metrics_port: Prometheus port (0 = none).
         scenario, rate, duration_s: Optional audited load: profile, messages/s, seconds.
         producer_config: librdkafka properties for the load producers.
+        kafka: TLS / SASL settings of every Kafka client (``[kafka]`` section; default KAFKA_AUDIT_KAFKA_*).
     """
 
     model_config = SettingsConfigDict(env_prefix="KAFKA_AUDIT_UP_", frozen=True)
@@ -56,6 +60,7 @@ class UpSettings(BaseSettings):
     rate: float = 500.0
     duration_s: float | None = None
     producer_config: dict[str, str] = Field(default_factory=dict)
+    kafka: KafkaSecurity = Field(default_factory=KafkaSecurity.from_env)
 
     def model_post_init(self, context: Any) -> None:
         """Check values that pydantic's types cannot.
@@ -67,6 +72,11 @@ class UpSettings(BaseSettings):
             raise ConfigError(f"scenario={self.scenario!r}: allowed values are {', '.join(SCENARIOS)}")
         if self.brokers not in (1, 3):
             raise ConfigError(f"brokers={self.brokers}: allowed values are 1, 3")
+        if self.bootstrap_servers is None and self.kafka.security_protocol != "PLAINTEXT":
+            raise ConfigError(
+                f"kafka.security_protocol={self.kafka.security_protocol} needs bootstrap_servers: "
+                "the local cluster `up` starts is PLAINTEXT (allowed without bootstrap_servers: PLAINTEXT)"
+            )
 
     @property
     def scenario_topic(self) -> str | None:
