@@ -1,0 +1,198 @@
+"""Small builders shared by the dashboards: the Prometheus data source, variables, panels, queries.
+
+Everything here wraps grafana-foundation-sdk builders (Grafana 11.6 schema) so that the dashboard
+modules read as a list of panels. Panels query the Prometheus exporter of the Spark job
+(``spark_streaming/metrics.py``; metric names as in the cross-team contract).
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from grafana_foundation_sdk.builders.dashboard import DatasourceVariable, QueryVariable, ThresholdsConfig
+from grafana_foundation_sdk.builders.prometheus import Dataquery
+from grafana_foundation_sdk.builders.stat import Panel as StatPanel
+from grafana_foundation_sdk.builders.table import Panel as TablePanel
+from grafana_foundation_sdk.builders.timeseries import Panel as TimeseriesPanel
+from grafana_foundation_sdk.models.dashboard import (
+    DataSourceRef,
+    DataTransformerConfig,
+    DynamicConfigValue,
+    Threshold,
+    ThresholdsMode,
+    VariableOption,
+    VariableRefresh,
+    VariableSort,
+)
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+DATASOURCE_VAR = "datasource"
+#: Every panel and variable uses the data source picked in the ``$datasource`` variable.
+PROMETHEUS = DataSourceRef(type_val="prometheus", uid=f"${{{DATASOURCE_VAR}}}")
+_REF_IDS = "ABCDEFGHIJ"
+
+
+def datasource_variable() -> DatasourceVariable:
+    """Return the ``$datasource`` variable: any Prometheus data source of the Grafana instance."""
+    return DatasourceVariable(DATASOURCE_VAR).label("Prometheus").type("prometheus")
+
+
+def label_variable(name: str, label: str, query: str, regex: str | None = None) -> QueryVariable:
+    """Return a multi-value query variable over ``label_values(...)``, "All" selected, all value ``.*``.
+
+    Args:
+        name: Variable name (``$name`` in queries).
+        label: Shown next to the drop-down.
+        query: Grafana Prometheus variable query, e.g. ``label_values(metric{...}, topic)``.
+        regex: Optional regex applied to the values (first capture group is the value).
+    """
+    var = (
+        QueryVariable(name)
+        .label(label)
+        .datasource(PROMETHEUS)
+        .query(query)
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(VariableSort.ALPHABETICAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+        .current(VariableOption(selected=True, text="All", value="$__all"))
+    )
+    return var.regex(regex) if regex else var
+
+
+def query(expr: str, legend: str = "", *, instant: bool = False, table: bool = False) -> Dataquery:
+    """One PromQL target (``refId`` is set by the panel helpers); ``legend`` uses ``{{label}}``."""
+    q = Dataquery().expr(expr).legend_format(legend).datasource(PROMETHEUS)
+    if instant:
+        q = q.instant()
+    if table:
+        q = q.format(PromQueryFormat.TABLE)
+    return q
+
+
+_P = TypeVar("_P", TimeseriesPanel, StatPanel, TablePanel)
+
+
+def _with_targets(panel: _P, targets: list[Dataquery]) -> _P:
+    for ref_id, target in zip(_REF_IDS, targets, strict=False):
+        panel = panel.with_target(target.ref_id(ref_id))
+    return panel
+
+
+def timeseries(
+    title: str,
+    description: str,
+    targets: list[Dataquery],
+    unit: str,
+    *,
+    width: int = 12,
+    height: int = 8,
+    min_val: float | None = 0,
+    max_val: float | None = None,
+) -> TimeseriesPanel:
+    """Return a time series panel.
+
+    Args:
+        title: Panel title.
+        description: The panel's "i" tooltip.
+        targets: PromQL queries (``refId`` A, B, ... in order).
+        unit: Grafana unit id: ``percentunit`` (fraction 0-1 shown as %), ``s``, ``short``, ``cps``.
+        width: Grid columns (a dashboard is 24 wide).
+        height: Grid rows.
+        min_val: Y axis minimum (None = automatic).
+        max_val: Y axis maximum (None = automatic).
+    """
+    panel = (
+        TimeseriesPanel()
+        .title(title)
+        .description(description)
+        .datasource(PROMETHEUS)
+        .unit(unit)
+        .span(width)
+        .height(height)
+        .line_width(2)
+        .fill_opacity(5)
+        .span_nulls(True)
+    )
+    if min_val is not None:
+        panel = panel.min(min_val)
+    if max_val is not None:
+        panel = panel.max(max_val)
+    return _with_targets(panel, targets)
+
+
+def band(panel: TimeseriesPanel, lower: str, upper: str) -> TimeseriesPanel:
+    """Shade the interval between the series named ``lower`` and ``upper`` (Grafana fill-below-to)."""
+    edge = [DynamicConfigValue("custom.lineWidth", 0)]
+    upper_props = [
+        *edge,
+        DynamicConfigValue("custom.fillBelowTo", lower),
+        DynamicConfigValue("custom.fillOpacity", 20),
+    ]
+    return panel.override_by_name(upper, upper_props).override_by_name(
+        lower, [*edge, DynamicConfigValue("custom.fillOpacity", 0)]
+    )
+
+
+def dashed(panel: TimeseriesPanel, series: str, color: str = "red") -> TimeseriesPanel:
+    """Draw ``series`` as a dashed line of a fixed colour (targets, thresholds)."""
+    return panel.override_by_name(
+        series,
+        [
+            DynamicConfigValue("custom.lineStyle", {"fill": "dash", "dash": [10, 10]}),
+            DynamicConfigValue("color", {"mode": "fixed", "fixedColor": color}),
+            DynamicConfigValue("custom.fillOpacity", 0),
+        ],
+    )
+
+
+def stat(
+    title: str,
+    description: str,
+    targets: list[Dataquery],
+    unit: str,
+    steps: list[tuple[float | None, str]],
+    *,
+    width: int = 6,
+    height: int = 6,
+) -> StatPanel:
+    """Return a stat panel coloured by absolute threshold ``steps`` [(from value, None = base; colour)]."""
+    thresholds = ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps([Threshold(v, c) for v, c in steps])
+    panel = (
+        StatPanel()
+        .title(title)
+        .description(description)
+        .datasource(PROMETHEUS)
+        .unit(unit)
+        .span(width)
+        .height(height)
+        .thresholds(thresholds)
+    )
+    return _with_targets(panel, targets)
+
+
+def table(
+    title: str,
+    description: str,
+    targets: list[Dataquery],
+    hide_columns: list[str],
+    *,
+    width: int = 24,
+    height: int = 8,
+) -> TablePanel:
+    """Return a table of instant-query labels (one row per series), ``hide_columns`` removed."""
+    organize = DataTransformerConfig(
+        id_val="organize", options={"excludeByName": dict.fromkeys(hide_columns, True)}
+    )
+    panel = (
+        TablePanel()
+        .title(title)
+        .description(description)
+        .datasource(PROMETHEUS)
+        .span(width)
+        .height(height)
+        .with_transformation(DataTransformerConfig(id_val="merge", options={}))
+        .with_transformation(organize)
+    )
+    return _with_targets(panel, targets)

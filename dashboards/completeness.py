@@ -1,0 +1,262 @@
+"""The "Kafka completeness" dashboard: per topic and tier, what was sent, what arrived, and why.
+
+Rows (top to bottom): completeness (newest final window, over time, sent vs received, lost and
+duplicated); one row per topic with the measured R_l and R_d next to the predictor's P_l and P_d and
+their 90% interval band (Wu et al. 2020, Eq. 1 and 3) and the KPI gamma against its target (Eq. 2);
+audit health (audit lag, unaudited producers, window results, micro-batch duration). Firing alerts
+(``kafka_audit_alerts_firing``) are annotations on every time series panel.
+
+Template variables: ``$cluster`` (derived from the ``tier`` label ``cluster:<name>`` with a regex),
+``$topic`` and ``$tier``; every query is filtered by all three.
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders.dashboard import AnnotationQuery, Dashboard, Row
+from grafana_foundation_sdk.builders.prometheus import Dataquery
+from grafana_foundation_sdk.models.dashboard import DashboardCursorSync
+
+from dashboards._panels import (
+    PROMETHEUS,
+    band,
+    dashed,
+    datasource_variable,
+    label_variable,
+    query,
+    stat,
+    timeseries,
+)
+
+UID = "kafka-audit-completeness"
+TITLE = "Kafka completeness"
+#: Label matchers of every per-(topic, tier) query: the selected topics, tiers and clusters.
+SEL = 'topic=~"$topic", tier=~"$tier", tier=~"cluster:$cluster"'
+#: Label matchers of the per-topic row (repeated for each selected topic).
+ROW_SEL = 'topic="$topic", tier=~"$tier", tier=~"cluster:$cluster"'
+RATE = "$__rate_interval"
+WHO = "{{topic}} {{tier}}"
+
+
+def _per_second(counter: str, legend: str) -> Dataquery:
+    """Per-second rate of a per-(topic, tier) counter over final windows, summed per topic and tier."""
+    return query(f"sum by (topic, tier) (rate({counter}{{{SEL}}}[{RATE}]))", legend)
+
+
+def _variables(d: Dashboard) -> Dashboard:
+    return (
+        d.with_variable(datasource_variable())
+        .with_variable(
+            label_variable(
+                "cluster",
+                "Cluster",
+                "label_values(kafka_audit_completeness_ratio, tier)",
+                regex="/^cluster:(.+)$/",
+            )
+        )
+        .with_variable(
+            label_variable(
+                "topic",
+                "Topic",
+                'label_values(kafka_audit_completeness_ratio{tier=~"cluster:$cluster"}, topic)',
+            )
+        )
+        .with_variable(
+            label_variable(
+                "tier",
+                "Tier",
+                "label_values(kafka_audit_completeness_ratio"
+                '{tier=~"cluster:$cluster", topic=~"$topic"}, tier)',
+            )
+        )
+    )
+
+
+def _completeness_row(d: Dashboard) -> Dashboard:
+    return (
+        d.with_row(Row("Completeness"))
+        .with_panel(
+            stat(
+                "Completeness, newest final window",
+                "Unique messages the cluster holds / messages producers sent, in the newest final window "
+                "(1 - R_l). Red below 99%, yellow below 99.9%.",
+                [query(f"kafka_audit_completeness_ratio{{{SEL}}}", WHO, instant=True)],
+                "percentunit",
+                [(None, "red"), (0.99, "yellow"), (0.999, "green")],
+                width=6,
+                height=8,
+            )
+        )
+        .with_panel(
+            timeseries(
+                "Completeness over time",
+                "Completeness of each final window (unique received / sent, fraction), per topic and tier.",
+                [query(f"kafka_audit_completeness_ratio{{{SEL}}}", WHO)],
+                "percentunit",
+                width=18,
+                max_val=1,
+                min_val=None,
+            )
+        )
+        .with_panel(
+            timeseries(
+                "Sent vs received",
+                "Messages per second producers sent and the cluster holds (unique), over final windows.",
+                [
+                    _per_second("kafka_audit_messages_sent_total", "sent {{topic}} {{tier}}"),
+                    _per_second("kafka_audit_messages_unique_total", "received (unique) {{topic}} {{tier}}"),
+                ],
+                "cps",
+            )
+        )
+        .with_panel(
+            timeseries(
+                "Lost and duplicated",
+                "Messages per second lost (sent - unique) and extra copies (duplicates), final windows.",
+                [
+                    _per_second("kafka_audit_messages_lost_total", "lost {{topic}} {{tier}}"),
+                    _per_second("kafka_audit_messages_duplicated_total", "duplicated {{topic}} {{tier}}"),
+                ],
+                "cps",
+            )
+        )
+    )
+
+
+def _prediction_row(d: Dashboard) -> Dashboard:
+    """One row per topic: actual vs predicted R_l and R_d with the 90% interval band, gamma vs target."""
+    r_l = timeseries(
+        "R_l actual vs predicted P_l",
+        "Measured loss rate R_l of each final window next to the predictor's P_l for that window's "
+        "producer configuration and measured network (p50), shaded between the p05 and p95 bounds.",
+        [
+            query(f"kafka_audit_loss_ratio{{{ROW_SEL}}}", "R_l actual"),
+            query(f'kafka_audit_predicted_loss_ratio{{{ROW_SEL}, bound="p50"}}', "P_l predicted"),
+            query(f'kafka_audit_predicted_loss_ratio{{{ROW_SEL}, bound="p05"}}', "P_l p05"),
+            query(f'kafka_audit_predicted_loss_ratio{{{ROW_SEL}, bound="p95"}}', "P_l p95"),
+        ],
+        "percentunit",
+        width=8,
+    )
+    r_d = timeseries(
+        "R_d actual vs predicted P_d",
+        "Measured duplicate rate R_d of each final window next to the predicted P_d (p50), shaded "
+        "between the p05 and p95 bounds.",
+        [
+            query(f"kafka_audit_duplicate_ratio{{{ROW_SEL}}}", "R_d actual"),
+            query(f'kafka_audit_predicted_duplicate_ratio{{{ROW_SEL}, bound="p50"}}', "P_d predicted"),
+            query(f'kafka_audit_predicted_duplicate_ratio{{{ROW_SEL}, bound="p05"}}', "P_d p05"),
+            query(f'kafka_audit_predicted_duplicate_ratio{{{ROW_SEL}, bound="p95"}}', "P_d p95"),
+        ],
+        "percentunit",
+        width=8,
+    )
+    gamma = timeseries(
+        "gamma vs target",
+        "The KPI gamma (0-1, Eq. 2) from the measured rates (actual) and from the predicted ones, "
+        "against the target; below the target the job suggests a configuration change.",
+        [
+            query(f'kafka_audit_gamma{{{ROW_SEL}, kind="actual"}}', "gamma actual"),
+            query(f'kafka_audit_gamma{{{ROW_SEL}, kind="predicted"}}', "gamma predicted"),
+            query(f"kafka_audit_gamma_target{{{ROW_SEL}}}", "target"),
+        ],
+        "percentunit",
+        width=8,
+        max_val=1,
+    )
+    return (
+        d.with_row(Row("$topic: actual vs predicted").repeat("topic"))
+        .with_panel(band(r_l, "P_l p05", "P_l p95"))
+        .with_panel(band(r_d, "P_d p05", "P_d p95"))
+        .with_panel(dashed(gamma, "target"))
+    )
+
+
+def _health_row(d: Dashboard) -> Dashboard:
+    return (
+        d.with_row(Row("Audit health"))
+        .with_panel(
+            timeseries(
+                "Audit lag",
+                "Age of the newest final window's end (wall clock - window end, s) per topic and tier, and "
+                "the job's watermark lag (wall clock - event-time watermark, s).",
+                [
+                    query(f"time() - kafka_audit_last_final_window_end_seconds{{{SEL}}}", WHO),
+                    query("kafka_audit_watermark_lag_seconds", "watermark lag"),
+                ],
+                "s",
+                width=8,
+            )
+        )
+        .with_panel(
+            timeseries(
+                "Unaudited producers",
+                "Producers whose messages the cluster holds but which sent no audit snapshot (newest final "
+                "window): their loss cannot be measured.",
+                [query(f"kafka_audit_unaudited_producers{{{SEL}}}", WHO)],
+                "short",
+                width=8,
+            )
+        )
+        .with_panel(
+            timeseries(
+                "Window results",
+                "Window results per second emitted by the Spark job, by state (provisional / final).",
+                [
+                    query(
+                        f"sum by (state) (rate(kafka_audit_windows_total{{{SEL}}}[{RATE}]))",
+                        "{{state}}",
+                    )
+                ],
+                "cps",
+                width=8,
+            )
+        )
+        .with_panel(
+            timeseries(
+                "Micro-batch duration",
+                "Spark micro-batch duration, 50th and 95th percentile (s).",
+                [
+                    query(
+                        "histogram_quantile(0.5, sum by (le) "
+                        f"(rate(kafka_audit_batch_duration_seconds_bucket[{RATE}])))",
+                        "p50",
+                    ),
+                    query(
+                        "histogram_quantile(0.95, sum by (le) "
+                        f"(rate(kafka_audit_batch_duration_seconds_bucket[{RATE}])))",
+                        "p95",
+                    ),
+                ],
+                "s",
+                width=24,
+                height=6,
+            )
+        )
+    )
+
+
+def alert_annotation() -> AnnotationQuery:
+    """Return the annotation marking firing kafka-audit alerts of the selected topics."""
+    return (
+        AnnotationQuery()
+        .name("Firing alerts")
+        .datasource(PROMETHEUS)
+        .enable(True)
+        .icon_color("red")
+        .expr('kafka_audit_alerts_firing{topic=~"$topic"} == 1')
+    )
+
+
+def completeness_dashboard() -> Dashboard:
+    """Build the "Kafka completeness" dashboard (a grafana-foundation-sdk builder, uid :data:`UID`)."""
+    d = (
+        Dashboard(TITLE)
+        .uid(UID)
+        .description("Per topic and tier: completeness, R_l and R_d actual vs predicted, gamma, audit lag.")
+        .tags(["kafka-audit", "kafka", "completeness"])
+        .refresh("30s")
+        .time("now-1h", "now")
+        .tooltip(DashboardCursorSync.CROSSHAIR)
+        .annotation(alert_annotation())
+    )
+    return _health_row(_prediction_row(_completeness_row(_variables(d))))
