@@ -369,7 +369,11 @@ def spark_job(
             )
         ],
     )
-    job.start()
+    try:
+        job.start()
+    except KafkaAuditError as exc:  # e.g. KafkaAuthenticationError: wrong KAFKA_AUDIT_KAFKA_SASL_PASSWORD
+        job.stop()
+        raise _fail(exc) from exc
     console.print(f"reconciliation job running ({master}); checkpoint {checkpoint_dir}")
     try:
         while not stop.wait(1.0):
