@@ -1,0 +1,176 @@
+"""The alert engine: window results in, alert events (firing / resolved) out.
+
+Called on the Spark driver once per micro-batch (``foreachBatch``) with that batch's window results,
+provisional and final::
+
+    engine = AlertEngine(AlertSettings())
+    events = engine.observe(results, now_ms=int(time.time() * 1000))
+
+* Window rules (completeness, gamma, prediction drift, unaudited producers) judge each **new final**
+  window of a (topic, tier), in window order. A final window already judged (a micro-batch Spark
+  re-runs after a driver crash) is skipped, so replays emit nothing twice.
+* The audit-lag rule judges, at every call, the windows of each (topic, tier) still provisional at
+  wall clock ``now_ms`` (it learns of them from the provisional results; a final result ends them).
+* Each (alertname, topic, tier) has its own state machine (:mod:`alerts.state`); only its FIRE and
+  RESOLVE transitions become events, so a firing alert is reported once and resolved once.
+
+State is in memory: after a restart firing alerts are forgotten (Alertmanager then resolves them
+itself once their ``endsAt`` passes, see :mod:`alerts.sinks.alertmanager`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from alerts.event import AlertEvent, AlertStatus
+from alerts.rules import AuditLagRule, Observation, WindowRule, audit_lag_rule, window_rules
+from alerts.settings import AlertSettings
+from alerts.state import AlertState, AlertStateMachine, Transition
+
+log = logging.getLogger(__name__)
+
+AlertKey = tuple[str, str, str]
+"""(alertname, topic, tier)."""
+
+_REQUIRED = ("topic", "tier", "state", "window_start_ms", "window_end_ms")
+
+
+class AlertEngine:
+    """Evaluates the rules of :mod:`alerts.rules` over window results; not thread-safe (one driver thread).
+
+    Args:
+        settings: Thresholds and counts (default: ``AlertSettings()``, i.e. the environment).
+    """
+
+    def __init__(self, settings: AlertSettings | None = None) -> None:
+        self.settings = settings or AlertSettings()
+        self.window_rules: list[WindowRule] = window_rules(self.settings)
+        self.lag_rule: AuditLagRule | None = audit_lag_rule(self.settings)
+        self.skipped_rows = 0
+        """Rows without the required fields (``topic, tier, state, window_start_ms, window_end_ms``)."""
+        self._machines: dict[AlertKey, AlertStateMachine] = {}
+        self._firing: dict[AlertKey, AlertEvent] = {}
+        self._last_end: dict[AlertKey, int] = {}
+        self._last_final: dict[tuple[str, str], int] = {}
+        self._open: dict[tuple[str, str], dict[int, int]] = {}
+
+    # ------------------------------------------------------------------------------------------ API
+    def observe(self, results: Iterable[Mapping[str, Any]], now_ms: int) -> list[AlertEvent]:
+        """Evaluate one micro-batch of window results; return the alerts that started firing or resolved.
+
+        Args:
+            results: Window-result dicts (``window_result.avsc`` fields plus ``p_loss, p_loss_lo,
+                p_loss_hi, gamma_actual, gamma_predicted, gamma_target, suggestion``...), provisional
+                and final, in any order. Rows with a ``kind`` other than ``result`` are ignored; rows
+                missing a required field are skipped, logged and counted in :attr:`skipped_rows`.
+            now_ms: Wall clock of this evaluation, ms since the Unix epoch (UTC): the events'
+                ``starts_at_ms`` / ``ends_at_ms`` and the audit-lag reference.
+
+        Returns:
+            Events in evaluation order (per (topic, tier) in window order); empty if nothing changed.
+        """
+        finals: dict[tuple[str, str], dict[int, Mapping[str, Any]]] = {}
+        for row in results:
+            if row.get("kind", "result") != "result":
+                continue
+            if any(row.get(k) is None for k in _REQUIRED):
+                self.skipped_rows += 1
+                log.warning("alert engine: skipped a window result without %s: %r", _REQUIRED, dict(row))
+                continue
+            key = (str(row["topic"]), str(row["tier"]))
+            start = int(row["window_start_ms"])
+            if row["state"] == "final":
+                finals.setdefault(key, {})[start] = row
+            elif start > self._last_final.get(key, -1):
+                self._open.setdefault(key, {})[start] = int(row["window_end_ms"])
+        events: list[AlertEvent] = []
+        for key, by_start in finals.items():
+            for start in sorted(by_start):
+                if start <= self._last_final.get(key, -1):
+                    continue  # judged before (a re-run micro-batch)
+                self._last_final[key] = start
+                for rule in self.window_rules:
+                    machine = self._machine(rule.alertname, key, rule.for_count, rule.keep_firing_count)
+                    obs = rule.evaluate(by_start[start], firing=machine.firing)
+                    events.extend(self._step(rule.alertname, rule.severity, key, machine, obs, now_ms))
+            open_ = self._open.get(key, {})
+            for start in [s for s in open_ if s <= self._last_final[key]]:
+                del open_[start]
+        if self.lag_rule is not None:
+            rule = self.lag_rule
+            for key in sorted(set(self._open) | set(self._last_final)):
+                machine = self._machine(rule.alertname, key, rule.for_count, rule.keep_firing_count)
+                obs = rule.evaluate(*key, self._open.get(key, {}), now_ms)
+                events.extend(self._step(rule.alertname, rule.severity, key, machine, obs, now_ms))
+        return events
+
+    def firing(self) -> list[AlertEvent]:
+        """Return the firing event of every alert firing now."""
+        return list(self._firing.values())
+
+    def states(self) -> dict[AlertKey, AlertState]:
+        """Return the state of every (alertname, topic, tier) seen so far."""
+        return {k: m.state for k, m in self._machines.items()}
+
+    # ------------------------------------------------------------------------------------- internals
+    def _machine(self, alertname: str, key: tuple[str, str], for_count: int, keep: int) -> AlertStateMachine:
+        akey = (alertname, *key)
+        machine = self._machines.get(akey)
+        if machine is None:
+            machine = self._machines[akey] = AlertStateMachine(for_count, keep)
+        return machine
+
+    def _step(
+        self,
+        alertname: str,
+        severity: Any,
+        key: tuple[str, str],
+        machine: AlertStateMachine,
+        obs: Observation,
+        now_ms: int,
+    ) -> list[AlertEvent]:
+        transition = machine.step(obs.bad)
+        akey: AlertKey = (alertname, *key)
+        if transition is Transition.FIRE:
+            # a new episode starts after the previous one ended, so (fingerprint, starts_at_ms) is unique
+            starts_at_ms = max(now_ms, self._last_end.get(akey, -1) + 1)
+            event = AlertEvent(
+                alertname=alertname,
+                topic=key[0],
+                tier=key[1],
+                severity=severity,
+                status=AlertStatus.FIRING,
+                starts_at_ms=starts_at_ms,
+                event_at_ms=now_ms,
+                summary=obs.summary,
+                description=obs.description,
+                window_start_ms=obs.window_start_ms,
+                window_end_ms=obs.window_end_ms,
+                value=obs.value,
+                threshold=obs.threshold,
+                numbers=dict(obs.numbers),
+                suggestion=obs.suggestion,
+                generator_url=str(self.settings.generator_url) if self.settings.generator_url else None,
+            )
+            self._firing[akey] = event
+            return [event]
+        if transition is Transition.RESOLVE:
+            fired = self._firing.pop(akey)
+            ends_at_ms = self._last_end[akey] = max(now_ms, fired.starts_at_ms)
+            return [
+                fired.resolved(
+                    ends_at_ms,
+                    event_at_ms=now_ms,
+                    summary=f"resolved: {obs.summary}",
+                    description=obs.description,
+                    window_start_ms=obs.window_start_ms,
+                    window_end_ms=obs.window_end_ms,
+                    value=obs.value,
+                    threshold=obs.threshold,
+                    numbers=dict(obs.numbers),
+                    suggestion=obs.suggestion,
+                )
+            ]
+        return []

@@ -1,0 +1,158 @@
+"""The alert event: one state change (firing or resolved) of one (alertname, topic, tier).
+
+Field for field the Avro record ``alert.avsc``. Alert names and labels are the cross-team contract's
+(``notes/contract.md``): labels ``alertname, topic, tier, severity``; annotations ``summary,
+description, suggestion, window_start``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+Severity = Literal["warning", "critical"]
+
+COMPLETENESS_BELOW_TARGET = "KafkaAuditCompletenessBelowTarget"
+GAMMA_BELOW_TARGET = "KafkaAuditGammaBelowTarget"
+PREDICTION_DRIFT = "KafkaAuditPredictionDrift"
+AUDIT_LAG = "KafkaAuditAuditLag"
+UNAUDITED_PRODUCERS = "KafkaAuditUnauditedProducers"
+TEST_ALERT = "KafkaAuditTestAlert"
+"""Sent by ``kafka-audit alerts test-fire`` only; never by a rule."""
+
+ALERT_NAMES: tuple[str, ...] = (
+    COMPLETENESS_BELOW_TARGET,
+    GAMMA_BELOW_TARGET,
+    PREDICTION_DRIFT,
+    AUDIT_LAG,
+    UNAUDITED_PRODUCERS,
+)
+
+
+class AlertStatus(StrEnum):
+    """What an event says: the alert started firing, or it resolved."""
+
+    FIRING = "firing"
+    RESOLVED = "resolved"
+
+
+def fingerprint(alertname: str, topic: str, tier: str, severity: str) -> str:
+    """Return the alert's identity: 16 hex digits of SHA-256 over its labels (also the Kafka key)."""
+    text = "\x00".join((alertname, topic, tier, severity))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def rfc3339(ms: int) -> str:
+    """Format ms since the Unix epoch as RFC 3339 UTC with milliseconds (``2026-01-02T03:04:05.678Z``)."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class AlertEvent:
+    """One firing or resolved event; immutable.
+
+    Attributes:
+        alertname: One of :data:`ALERT_NAMES` (or :data:`TEST_ALERT`).
+        topic: Audited Kafka topic.
+        tier: Cluster tier of the window result (``cluster:<name>``).
+        severity: ``warning`` or ``critical``.
+        status: :class:`AlertStatus`.
+        starts_at_ms: When this episode started firing, ms since the Unix epoch (UTC).
+        ends_at_ms: When it resolved (resolved events only), ms.
+        event_at_ms: Evaluation time that produced the event, ms.
+        window_start_ms, window_end_ms: The window behind the transition, ms (None if none).
+        value: The rule's measured value; threshold: what it was compared with (same unit).
+        numbers: Window numbers behind the alert (fractions 0-1, gamma 0-1, counts), by result field name.
+        summary, description: Human text (percent and UTC times spelled out).
+        suggestion: The window result's configuration suggestion, if any.
+        generator_url: Link back to the source (dashboard), if configured.
+    """
+
+    alertname: str
+    topic: str
+    tier: str
+    severity: Severity
+    status: AlertStatus
+    starts_at_ms: int
+    event_at_ms: int
+    summary: str
+    description: str
+    ends_at_ms: int | None = None
+    window_start_ms: int | None = None
+    window_end_ms: int | None = None
+    value: float | None = None
+    threshold: float | None = None
+    numbers: dict[str, float] = field(default_factory=dict)
+    suggestion: str | None = None
+    generator_url: str | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """The alert's identity over its labels (see :func:`fingerprint`)."""
+        return fingerprint(self.alertname, self.topic, self.tier, self.severity)
+
+    @property
+    def event_id(self) -> str:
+        """``fingerprint:starts_at_ms:status``: equal for re-sent copies of the same event."""
+        return f"{self.fingerprint}:{self.starts_at_ms}:{self.status.value}"
+
+    @property
+    def firing(self) -> bool:
+        """True for a firing event."""
+        return self.status is AlertStatus.FIRING
+
+    def labels(self) -> dict[str, str]:
+        """Alertmanager / Prometheus labels: alertname, topic, tier, severity."""
+        return {
+            "alertname": self.alertname,
+            "topic": self.topic,
+            "tier": self.tier,
+            "severity": self.severity,
+        }
+
+    def annotations(self) -> dict[str, str]:
+        """Alertmanager annotations: summary, description, suggestion, window_start (RFC 3339), value..."""
+        out = {"summary": self.summary, "description": self.description}
+        if self.suggestion:
+            out["suggestion"] = self.suggestion
+        if self.window_start_ms is not None:
+            out["window_start"] = rfc3339(self.window_start_ms)
+        if self.window_end_ms is not None:
+            out["window_end"] = rfc3339(self.window_end_ms)
+        if self.value is not None:
+            out["value"] = f"{self.value:.6g}"
+        if self.threshold is not None:
+            out["threshold"] = f"{self.threshold:.6g}"
+        return out
+
+    def resolved(self, at_ms: int, **changes: Any) -> AlertEvent:
+        """Return the resolved event of this (firing) episode, ended at ``at_ms`` (ms); ``changes`` win."""
+        fields: dict[str, Any] = {"status": AlertStatus.RESOLVED, "ends_at_ms": at_ms, "event_at_ms": at_ms}
+        return dataclasses.replace(self, **{**fields, **changes})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the Avro / JSON form: ``alert.avsc`` field names, status as its string, the fingerprint."""
+        out = dataclasses.asdict(self)
+        out["status"] = self.status.value
+        out["numbers"] = dict(self.numbers)
+        out["fingerprint"] = self.fingerprint
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AlertEvent:
+        """Build from :meth:`to_dict`'s form (``fingerprint`` is recomputed, not trusted).
+
+        Raises:
+            ValueError: unknown ``status`` or ``severity``.
+            TypeError: missing or unknown fields.
+        """
+        data = {k: v for k, v in data.items() if k != "fingerprint"}
+        if data.get("severity") not in ("warning", "critical"):
+            raise ValueError(f"severity {data.get('severity')!r}: allowed 'warning', 'critical'")
+        data["status"] = AlertStatus(data["status"])
+        data["numbers"] = dict(data.get("numbers") or {})
+        return cls(**data)

@@ -1,0 +1,76 @@
+"""Engine + dispatcher + metrics in one object: what the Spark job's ``foreachBatch`` calls.
+
+::
+
+    pipeline = AlertPipeline(AlertSettings(), registry=job.metrics.registry)
+    job = ReconciliationJob(spark_settings, listeners=[pipeline.on_batch])
+    ...
+    pipeline.close()
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from alerts.dispatch import Dispatcher
+from alerts.engine import AlertEngine
+from alerts.event import AlertEvent
+from alerts.metrics import AlertMetrics
+from alerts.settings import AlertSettings
+from alerts.sinks.base import AlertSink
+
+
+class AlertPipeline:
+    """Evaluates window results, delivers the events, keeps the alert metrics current.
+
+    Args:
+        settings: Rules and sinks (default: ``AlertSettings()`` from the environment).
+        registry: prometheus-client registry for ``kafka_audit_alerts_firing`` and the sink error counter
+            (default: a new private one, see :attr:`metrics`).
+        sinks: Override the sinks ``settings`` configure (tests, custom destinations).
+    """
+
+    def __init__(
+        self,
+        settings: AlertSettings | None = None,
+        registry: CollectorRegistry | None = None,
+        sinks: Sequence[AlertSink] | None = None,
+    ) -> None:
+        self.settings = settings or AlertSettings()
+        self.engine = AlertEngine(self.settings)
+        self.metrics = AlertMetrics(registry if registry is not None else CollectorRegistry())
+        if sinks is None:
+            self.dispatcher = Dispatcher.from_settings(self.settings, self.metrics)
+        else:
+            self.dispatcher = Dispatcher(sinks, self.metrics, self.settings.max_pending_events)
+
+    def process(self, results: Iterable[Mapping[str, Any]], now_ms: int | None = None) -> list[AlertEvent]:
+        """Evaluate one micro-batch of window results (provisional and final), dispatch, update metrics.
+
+        Never raises for a sink failure (see :class:`alerts.dispatch.Dispatcher`).
+
+        Args:
+            results: Window-result dicts, see :meth:`AlertEngine.observe`.
+            now_ms: Wall clock, ms since the epoch (default: now).
+
+        Returns:
+            The events of this evaluation (firing / resolved).
+        """
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        events = self.engine.observe(results, now)
+        self.metrics.count_events(events)
+        self.metrics.update_firing(self.engine.firing())
+        self.dispatcher.dispatch(events, now)
+        return events
+
+    def on_batch(self, batch_id: int, results: list[dict[str, Any]]) -> None:
+        """``spark_streaming.job.ReconciliationJob`` listener: ``(batch_id, result rows)`` on the driver."""
+        self.process(results)
+
+    def close(self) -> None:
+        """Flush and close the sinks."""
+        self.dispatcher.close()

@@ -1,0 +1,458 @@
+"""The five alert rules: what makes one window (or one evaluation) bad, with the numbers behind it.
+
+A rule turns its input into an :class:`Observation` (bad / good / unknown, value, threshold, text);
+the engine feeds it to the alert's state machine (:mod:`alerts.state`). Window rules judge one final
+window result (``audit_record/window_result.avsc`` plus the live-comparison fields of the contract);
+the audit-lag rule judges the set of still-provisional windows of a (topic, tier) at wall clock ``now``.
+
+Symbols as in Wu, Shang, Wolter 2020: R_l = (sent - unique) / sent (Eq. 3), P_l the predicted loss
+probability with its 90% interval [p_loss_lo, p_loss_hi] (5th/95th percentile), gamma the KPI of Eq. 2.
+Fractions are 0-1 everywhere; text shows them in percent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from alerts.event import (
+    ALERT_NAMES,
+    AUDIT_LAG,
+    COMPLETENESS_BELOW_TARGET,
+    GAMMA_BELOW_TARGET,
+    PREDICTION_DRIFT,
+    UNAUDITED_PRODUCERS,
+    Severity,
+)
+from alerts.settings import AlertSettings
+
+NUMBER_FIELDS: tuple[str, ...] = (
+    "sent",
+    "unique",
+    "completeness",
+    "loss_rate",
+    "duplicate_rate",
+    "unaudited_producers",
+    "packet_loss_pct_est",
+    "delay_ms_est",
+    "p_loss",
+    "p_loss_lo",
+    "p_loss_hi",
+    "p_dup",
+    "p_dup_lo",
+    "p_dup_hi",
+    "gamma_actual",
+    "gamma_predicted",
+    "gamma_target",
+)
+"""Window-result fields copied into an alert's ``numbers`` when present."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One judgement of one rule.
+
+    Attributes:
+        bad: True if the alert condition holds, False if not, None if it cannot be judged.
+        value: Measured value (rule's unit); threshold: what it was compared with.
+        summary, description: Human text.
+        window_start_ms, window_end_ms: The window judged, ms since the epoch (None: none).
+        numbers: Window numbers (see :data:`NUMBER_FIELDS`).
+        suggestion: The window's configuration suggestion, if any.
+    """
+
+    bad: bool | None
+    value: float | None = None
+    threshold: float | None = None
+    summary: str = ""
+    description: str = ""
+    window_start_ms: int | None = None
+    window_end_ms: int | None = None
+    numbers: dict[str, float] = field(default_factory=dict)
+    suggestion: str | None = None
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    """What ``kafka-audit alerts rules`` prints for one rule."""
+
+    alertname: str
+    severity: Severity
+    condition: str
+    threshold: str
+    fire_after: str
+    resolve_after: str
+
+
+def _num(result: Mapping[str, Any], name: str) -> float | None:
+    value = result.get(name)
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _numbers(result: Mapping[str, Any]) -> dict[str, float]:
+    return {k: v for k in NUMBER_FIELDS if (v := _num(result, k)) is not None}
+
+
+def _utc(ms: int | None) -> str:
+    if ms is None:
+        return "?"
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _where(result: Mapping[str, Any]) -> str:
+    return f"{result['topic']} ({result['tier']}), window {_utc(result.get('window_start_ms'))}"
+
+
+def _suggestion(result: Mapping[str, Any]) -> str | None:
+    text = result.get("suggestion")
+    return str(text) if text else None
+
+
+def _window_obs(result: Mapping[str, Any], **kw: Any) -> Observation:
+    return Observation(
+        window_start_ms=result.get("window_start_ms"),
+        window_end_ms=result.get("window_end_ms"),
+        numbers=_numbers(result),
+        suggestion=_suggestion(result),
+        **kw,
+    )
+
+
+@dataclass(frozen=True)
+class WindowRule:
+    """A rule judged once per new final window of a (topic, tier).
+
+    Attributes:
+        alertname: Contract alert name.
+        severity: ``severity`` label.
+        for_count: Bad final windows in a row to fire; keep_firing_count: good ones to resolve.
+    """
+
+    alertname: str
+    severity: Severity
+    for_count: int
+    keep_firing_count: int
+
+    def evaluate(self, result: Mapping[str, Any], firing: bool) -> Observation:
+        """Judge one final window; ``firing`` selects the resolve threshold (value hysteresis)."""
+        raise NotImplementedError
+
+    def info(self) -> RuleInfo:
+        """Describe the rule and its thresholds."""
+        raise NotImplementedError
+
+    def _counts(self, unit: str = "final window") -> tuple[str, str]:
+        return (
+            f"{self.for_count} bad {unit}(s) in a row",
+            f"{self.keep_firing_count} good {unit}(s) in a row",
+        )
+
+
+@dataclass(frozen=True)
+class CompletenessRule(WindowRule):
+    """KafkaAuditCompletenessBelowTarget: completeness (unique / sent, fraction) < target."""
+
+    target: float = 0.999
+
+    def evaluate(self, result: Mapping[str, Any], firing: bool) -> Observation:
+        """Bad if ``completeness < target``; unknown without completeness or with sent = 0."""
+        value = _num(result, "completeness")
+        sent = _num(result, "sent")
+        if value is None or not sent:
+            return Observation(bad=None)
+        unique = _num(result, "unique") or 0.0
+        loss = _num(result, "loss_rate")
+        dup = _num(result, "duplicate_rate")
+        return _window_obs(
+            result,
+            bad=value < self.target,
+            value=value,
+            threshold=self.target,
+            summary=(
+                f"{result['topic']} ({result['tier']}): completeness {value:.2%} "
+                f"{'below' if value < self.target else 'meets'} target {self.target:.2%}"
+            ),
+            description=(
+                f"{_where(result)}: {unique:,.0f} of {sent:,.0f} messages arrived"
+                + (f", R_l {loss:.2%}" if loss is not None else "")
+                + (f", R_d {dup:.2%}" if dup is not None else "")
+                + "."
+            ),
+        )
+
+    def info(self) -> RuleInfo:
+        """Describe the rule."""
+        fire, resolve = self._counts()
+        return RuleInfo(
+            self.alertname, self.severity, "completeness < target", f"{self.target:.4%}", fire, resolve
+        )
+
+
+@dataclass(frozen=True)
+class GammaRule(WindowRule):
+    """KafkaAuditGammaBelowTarget: gamma_actual < gamma_target (Eq. 2 KPI).
+
+    The target is the window's ``gamma_target``, else the settings' ``gamma_target``. While firing,
+    a window counts as good only at gamma >= target + ``resolve_margin``.
+    """
+
+    default_target: float | None = None
+    resolve_margin: float = 0.0
+
+    def evaluate(self, result: Mapping[str, Any], firing: bool) -> Observation:
+        """Bad if gamma_actual < target (+ margin while firing); unknown without gamma or a target."""
+        gamma = _num(result, "gamma_actual")
+        target = _num(result, "gamma_target")
+        if target is None:
+            target = self.default_target
+        if gamma is None or target is None:
+            return Observation(bad=None)
+        bound = target + self.resolve_margin if firing else target
+        predicted = _num(result, "gamma_predicted")
+        lo, p, hi = (_num(result, k) for k in ("p_loss_lo", "p_loss", "p_loss_hi"))
+        loss = _num(result, "loss_rate")
+        detail = f"{_where(result)}: gamma {gamma:.3f} (target {target:.3f}"
+        detail += f", predicted {predicted:.3f})" if predicted is not None else ")"
+        if loss is not None:
+            detail += f"; R_l {loss:.2%}"
+        if p is not None and lo is not None and hi is not None:
+            detail += f", predicted P_l {p:.2%} [{lo:.2%}, {hi:.2%}]"
+        suggestion = _suggestion(result)
+        if suggestion:
+            detail += f". Suggestion: {suggestion}"
+        return _window_obs(
+            result,
+            bad=gamma < bound,
+            value=gamma,
+            threshold=target,
+            summary=(
+                f"{result['topic']} ({result['tier']}): gamma {gamma:.3f} "
+                f"{'below' if gamma < target else 'meets'} target {target:.3f}"
+            ),
+            description=detail + ".",
+        )
+
+    def info(self) -> RuleInfo:
+        """Describe the rule."""
+        fire, resolve = self._counts()
+        target = "window's gamma_target" + (
+            f" (else {self.default_target:.3f})" if self.default_target is not None else ""
+        )
+        if self.resolve_margin:
+            resolve += f", at gamma >= target + {self.resolve_margin:.3f}"
+        return RuleInfo(self.alertname, self.severity, "gamma_actual < gamma_target", target, fire, resolve)
+
+
+@dataclass(frozen=True)
+class DriftRule(WindowRule):
+    """KafkaAuditPredictionDrift: actual R_l outside the predicted 90% interval [p_loss_lo, p_loss_hi].
+
+    ``for_count`` is k, the number of consecutive final windows. ``tolerance`` widens the interval on
+    both sides (fraction of messages).
+    """
+
+    tolerance: float = 0.0
+
+    def evaluate(self, result: Mapping[str, Any], firing: bool) -> Observation:
+        """Bad if loss_rate < p_loss_lo - tolerance or > p_loss_hi + tolerance; unknown if any is missing."""
+        loss, lo, hi = (_num(result, k) for k in ("loss_rate", "p_loss_lo", "p_loss_hi"))
+        if loss is None or lo is None or hi is None:
+            return Observation(bad=None)
+        below, above = loss < lo - self.tolerance, loss > hi + self.tolerance
+        where = "above" if above else "below" if below else "inside"
+        p = _num(result, "p_loss")
+        return _window_obs(
+            result,
+            bad=below or above,
+            value=loss,
+            threshold=hi if loss >= lo else lo,
+            summary=(
+                f"{result['topic']} ({result['tier']}): actual R_l {loss:.2%} {where} the predicted "
+                f"90% interval [{lo:.2%}, {hi:.2%}]"
+            ),
+            description=(
+                f"{_where(result)}: measured R_l {loss:.2%}, predicted P_l "
+                + (f"{p:.2%} " if p is not None else "")
+                + f"[{lo:.2%}, {hi:.2%}]; the model or its inputs (L, D, configuration) no longer match "
+                f"after {self.for_count} window(s) in a row."
+            ),
+        )
+
+    def info(self) -> RuleInfo:
+        """Describe the rule."""
+        fire, resolve = self._counts()
+        return RuleInfo(
+            self.alertname,
+            self.severity,
+            "R_l outside [p_loss_lo, p_loss_hi]",
+            f"tolerance {self.tolerance:.4f}",
+            fire,
+            resolve,
+        )
+
+
+@dataclass(frozen=True)
+class UnauditedProducersRule(WindowRule):
+    """KafkaAuditUnauditedProducers: producers the cluster saw without audit snapshots > threshold."""
+
+    threshold: int = 0
+
+    def evaluate(self, result: Mapping[str, Any], firing: bool) -> Observation:
+        """Bad if ``unaudited_producers > threshold``; unknown if the field is missing."""
+        n = _num(result, "unaudited_producers")
+        if n is None:
+            return Observation(bad=None)
+        messages = _num(result, "unaudited") or 0.0
+        return _window_obs(
+            result,
+            bad=n > self.threshold,
+            value=n,
+            threshold=float(self.threshold),
+            summary=f"{result['topic']} ({result['tier']}): {n:.0f} unaudited producer(s)",
+            description=(
+                f"{_where(result)}: the cluster holds messages of {n:.0f} producer id(s) that sent no audit "
+                f"snapshot ({messages:,.0f} messages without stamps); their loss cannot be measured."
+            ),
+        )
+
+    def info(self) -> RuleInfo:
+        """Describe the rule."""
+        fire, resolve = self._counts()
+        return RuleInfo(
+            self.alertname,
+            self.severity,
+            "unaudited_producers > threshold",
+            str(self.threshold),
+            fire,
+            resolve,
+        )
+
+
+@dataclass(frozen=True)
+class AuditLagRule:
+    """KafkaAuditAuditLag: a window still provisional at wall clock > window end + grace + margin.
+
+    Judged once per evaluation for every (topic, tier) the engine has seen; counts are evaluations.
+
+    Attributes:
+        grace_ms: The reconciliation job's grace, ms; margin_ms: extra slack, ms.
+    """
+
+    alertname: str
+    severity: Severity
+    for_count: int
+    keep_firing_count: int
+    grace_ms: int = 60_000
+    margin_ms: int = 30_000
+
+    def evaluate(self, topic: str, tier: str, open_windows: Mapping[int, int], now_ms: int) -> Observation:
+        """Judge one (topic, tier)'s provisional windows ``{window_start_ms: window_end_ms}`` at ``now_ms``.
+
+        The value is the oldest late window's lag behind its end, s; the threshold (grace + margin) in s.
+        """
+        limit_ms = self.grace_ms + self.margin_ms
+        late = sorted((s, e) for s, e in open_windows.items() if now_ms > e + limit_ms)
+        if not late:
+            return Observation(
+                bad=False,
+                threshold=limit_ms / 1000,
+                summary=f"{topic} ({tier}): every window final within {limit_ms / 1000:.0f} s of its end",
+                description=f"{topic} ({tier}): no provisional window older than grace + margin.",
+            )
+        start, end = late[0]
+        lag_s = (now_ms - end) / 1000
+        return Observation(
+            bad=True,
+            value=lag_s,
+            threshold=limit_ms / 1000,
+            window_start_ms=start,
+            window_end_ms=end,
+            numbers={"late_windows": float(len(late)), "lag_seconds": lag_s},
+            summary=f"{topic} ({tier}): {len(late)} window(s) not final {lag_s:.0f} s after window end",
+            description=(
+                f"{topic} ({tier}): window {_utc(start)}"
+                + (f" and {len(late) - 1} later one(s)" if len(late) > 1 else "")
+                + f" still provisional {lag_s:.0f} s after its end (grace {self.grace_ms / 1000:.0f} s + margin "
+                f"{self.margin_ms / 1000:.0f} s); the audit consumer or the reconciliation job is behind."
+            ),
+        )
+
+    def info(self) -> RuleInfo:
+        """Describe the rule."""
+        return RuleInfo(
+            self.alertname,
+            self.severity,
+            "window provisional after end + grace + margin",
+            f"{(self.grace_ms + self.margin_ms) / 1000:.0f} s (grace {self.grace_ms / 1000:.0f} s + "
+            f"margin {self.margin_ms / 1000:.0f} s)",
+            f"{self.for_count} bad evaluation(s) in a row",
+            f"{self.keep_firing_count} good evaluation(s) in a row",
+        )
+
+
+def window_rules(settings: AlertSettings) -> list[WindowRule]:
+    """Return the enabled window rules configured by ``settings``."""
+    s = settings
+    rules: list[WindowRule] = [
+        CompletenessRule(
+            COMPLETENESS_BELOW_TARGET,
+            s.completeness_severity,
+            s.completeness_for_windows,
+            s.completeness_keep_firing_windows,
+            target=s.completeness_target,
+        ),
+        GammaRule(
+            GAMMA_BELOW_TARGET,
+            s.gamma_severity,
+            s.gamma_for_windows,
+            s.gamma_keep_firing_windows,
+            default_target=s.gamma_target,
+            resolve_margin=s.gamma_resolve_margin,
+        ),
+        DriftRule(
+            PREDICTION_DRIFT,
+            s.drift_severity,
+            s.drift_windows,
+            s.drift_keep_firing_windows,
+            tolerance=s.drift_tolerance,
+        ),
+        UnauditedProducersRule(
+            UNAUDITED_PRODUCERS,
+            s.unaudited_severity,
+            s.unaudited_for_windows,
+            s.unaudited_keep_firing_windows,
+            threshold=s.unaudited_producers_threshold,
+        ),
+    ]
+    return [r for r in rules if r.alertname not in s.disabled_rules]
+
+
+def audit_lag_rule(settings: AlertSettings) -> AuditLagRule | None:
+    """Return the audit-lag rule configured by ``settings`` (None if disabled)."""
+    s = settings
+    if AUDIT_LAG in s.disabled_rules:
+        return None
+    return AuditLagRule(
+        AUDIT_LAG,
+        s.audit_lag_severity,
+        s.audit_lag_for_evaluations,
+        s.audit_lag_keep_firing_evaluations,
+        grace_ms=s.grace_ms,
+        margin_ms=s.audit_lag_margin_ms,
+    )
+
+
+def rule_infos(settings: AlertSettings) -> list[RuleInfo]:
+    """Describe every enabled rule, in contract order."""
+    infos = [r.info() for r in window_rules(settings)]
+    lag = audit_lag_rule(settings)
+    if lag is not None:
+        infos.append(lag.info())
+    return sorted(infos, key=lambda i: ALERT_NAMES.index(i.alertname))
