@@ -49,6 +49,8 @@ NUMBER_FIELDS: tuple[str, ...] = (
 )
 """Window-result fields copied into an alert's ``numbers`` when present."""
 
+UNAUDITED_SUGGESTION = "use audit_producer.AuditedProducer for every producer of the topic"
+
 
 @dataclass(frozen=True)
 class Observation:
@@ -116,11 +118,11 @@ def _suggestion(result: Mapping[str, Any]) -> str | None:
 
 
 def _window_obs(result: Mapping[str, Any], **kw: Any) -> Observation:
+    kw.setdefault("suggestion", _suggestion(result))
     return Observation(
         window_start_ms=result.get("window_start_ms"),
         window_end_ms=result.get("window_end_ms"),
         numbers=_numbers(result),
-        suggestion=_suggestion(result),
         **kw,
     )
 
@@ -316,6 +318,7 @@ class UnauditedProducersRule(WindowRule):
             value=n,
             threshold=float(self.threshold),
             summary=f"{result['topic']} ({result['tier']}): {n:.0f} unaudited producer(s)",
+            suggestion=_suggestion(result) or UNAUDITED_SUGGESTION,
             description=(
                 f"{_where(result)}: the cluster holds messages of {n:.0f} producer id(s) that sent no audit "
                 f"snapshot ({messages:,.0f} messages without stamps); their loss cannot be measured."
@@ -379,8 +382,9 @@ class AuditLagRule:
             description=(
                 f"{topic} ({tier}): window {_utc(start)}"
                 + (f" and {len(late) - 1} later one(s)" if len(late) > 1 else "")
-                + f" still provisional {lag_s:.0f} s after its end (grace {self.grace_ms / 1000:.0f} s + margin "
-                f"{self.margin_ms / 1000:.0f} s); the audit consumer or the reconciliation job is behind."
+                + f" still provisional {lag_s:.0f} s after its end (grace {self.grace_ms / 1000:.0f} s"
+                f" + margin {self.margin_ms / 1000:.0f} s); the audit consumer or the reconciliation job"
+                " is behind."
             ),
         )
 

@@ -8,10 +8,15 @@ the environment, the environment over the defaults.
 
 from __future__ import annotations
 
-from pydantic import AnyHttpUrl, Field, SecretStr, model_validator
+from typing import Any
+
+from pydantic import AnyHttpUrl, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from alerts.event import ALERT_NAMES, Severity
+from kafka_audit.errors import ConfigError
+
+ENV_PREFIX = "KAFKA_AUDIT_ALERTS_"
 
 DEFAULT_ALERTS_TOPIC = "__kafka_audit_alerts"
 
@@ -65,7 +70,7 @@ class AlertSettings(BaseSettings):
         max_pending_events: Undelivered events kept per sink for retry; the oldest are dropped beyond it.
     """
 
-    model_config = SettingsConfigDict(env_prefix="KAFKA_AUDIT_ALERTS_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
 
     completeness_target: float = Field(0.999, ge=0.0, le=1.0)
     completeness_for_windows: int = Field(1, ge=1)
@@ -126,3 +131,20 @@ class AlertSettings(BaseSettings):
                 f"({self.alertmanager_resend_ms}), or Alertmanager resolves firing alerts between re-posts"
             )
         return self
+
+
+def load_settings(**overrides: Any) -> AlertSettings:
+    """Return :class:`AlertSettings` from ``overrides`` (None values ignored), the environment and defaults.
+
+    Raises:
+        ConfigError: a value is out of range; the message names the setting (and its environment variable).
+    """
+    try:
+        return AlertSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        problems = "; ".join(
+            (f"{e['loc'][0]} ({ENV_PREFIX}{str(e['loc'][0]).upper()}): " if e["loc"] else "")
+            + e["msg"].removeprefix("Value error, ")
+            for e in exc.errors(include_input=False)
+        )
+        raise ConfigError(f"invalid alert settings: {problems}") from None
