@@ -19,7 +19,7 @@ dashboards_app = typer.Typer(
 
 
 def _fail(exc: Exception) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
     return typer.Exit(2)
 
 
@@ -47,7 +47,7 @@ def build_cmd(
     except KafkaAuditError as exc:
         raise _fail(exc) from exc
     for path in written:
-        console.print(f"wrote {path}", highlight=False)
+        console.print(f"wrote {path}", highlight=False, soft_wrap=True)
     console.print(
         f"Grafana: set GF_PATHS_PROVISIONING={(grafana_dir or str(out.resolve())).rstrip('/')}/provisioning",
         highlight=False,
@@ -83,6 +83,7 @@ def push_cmd(
             f"saved {d.title!r} (uid {d.uid}, version {d.version}) in folder {folder!r}: "
             f"{safe_url(url).rstrip('/')}{d.url}",
             highlight=False,
+            soft_wrap=True,
         )
 
 
@@ -111,7 +112,11 @@ def report_cmd(
         n_results, n_alerts = write_report(results_dir, out, window, alerts_path)
     except KafkaAuditError as exc:
         raise _fail(exc) from exc
-    console.print(f"wrote {out}: {n_results} final window result(s), {n_alerts} alert(s)", highlight=False)
+    console.print(
+        f"wrote {out}: {n_results} final window result(s), {n_alerts} alert(s)",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -79,12 +79,16 @@ def heatmap(results: pd.DataFrame) -> str:
     return _img(fig, "completeness heatmap, topic x window")
 
 
-def _rate_axis(ax: Any, when: pd.Series, rows: pd.DataFrame, actual: str, pred: str, symbol: str) -> bool:
-    """Plot one measured rate and, if present, the prediction and its band; return True if predicted."""
-    ax.plot(when, rows[actual], marker="o", ms=3, lw=1.5, color="tab:blue", label=f"{symbol} actual")
+def _rate_axis(ax: Any, when: pd.Series, rows: pd.DataFrame, actual: str, pred: str, symbols: str) -> bool:
+    """Plot one measured rate and, if present, the prediction and its band; return True if predicted.
+
+    ``symbols`` is "measured/predicted", e.g. "R_l/P_l".
+    """
+    measured, predicted_symbol = symbols.split("/")
+    ax.plot(when, rows[actual], marker="o", ms=3, lw=1.5, color="tab:blue", label=f"{measured} actual")
     predicted = _has(rows, pred)
     if predicted:
-        ax.plot(when, rows[pred], ls="--", lw=1.5, color="tab:orange", label=f"{symbol} predicted")
+        ax.plot(when, rows[pred], ls="--", lw=1.5, color="tab:orange", label=f"{predicted_symbol} predicted")
         if _has(rows, f"{pred}_lo", f"{pred}_hi"):
             ax.fill_between(
                 when,
@@ -111,8 +115,8 @@ def rate_plots(results: pd.DataFrame) -> list[str]:
         when = _times(rows["window_start_ms"])
         fig = Figure(figsize=(12, 3.2))
         ax_l, ax_d = fig.subplots(1, 2, sharex=True)
-        with_l = _rate_axis(ax_l, when, rows, "loss_rate", "p_loss", "R_l")
-        with_d = _rate_axis(ax_d, when, rows, "duplicate_rate", "p_dup", "R_d")
+        with_l = _rate_axis(ax_l, when, rows, "loss_rate", "p_loss", "R_l/P_l")
+        with_d = _rate_axis(ax_d, when, rows, "duplicate_rate", "p_dup", "R_d/P_d")
         note = "" if with_l or with_d else " (no predictions in these results: measured only)"
         ax_l.set_title(f"{_label(topic, tier)}: loss R_l vs P_l{note}", fontsize=10)
         ax_d.set_title(f"{_label(topic, tier)}: duplicates R_d vs P_d", fontsize=10)
@@ -154,9 +158,17 @@ def gamma_plot(results: pd.DataFrame) -> str | None:
     ax.set_ylabel("gamma (0-1)")
     ax.set_title("KPI gamma: actual, predicted, target")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower left", fontsize=8, ncol=2)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.autofmt_xdate()
     return _img(fig, "gamma timeline")
+
+
+def _duration(td: timedelta) -> str:
+    seconds = int(td.total_seconds())
+    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def _pct(x: float | None) -> str:
@@ -251,7 +263,7 @@ def render(results: pd.DataFrame, alerts: pd.DataFrame, since: timedelta | None,
         now: The report's reference time (UTC).
     """
     template = Template(resources.files("dashboards").joinpath("templates/report.html").read_text())
-    period = f"last {since}" if since is not None else "all results"
+    period = f"last {_duration(since)}" if since is not None else "all results"
     if results.empty:
         body = '<p class="none">No final window results in this period.</p>'
         heat = rates = gamma = ""
