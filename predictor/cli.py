@@ -1,9 +1,341 @@
-"""`kafka-audit predictor ...` and `kafka-audit suggest`."""
+"""`kafka-audit predictor train|evaluate|predict` and `kafka-audit suggest`.
+
+Heavy imports (torch, pandas) happen inside the command bodies so ``kafka-audit --help`` stays fast.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from kafka_audit.errors import KafkaAuditError
+
+SHARED_CSV = Path("/work/shared/data/wu2020/experiments.csv")
+
+predictor_app = typer.Typer(
+    help=(
+        "Predict P_l, P_d (90% intervals) and throughput from the producer configuration and the network "
+        "(PyTorch; Wu, Shang, Wolter 2020, Eq. 1). Acceptance check of the shipped model: "
+        "`kafka-audit predictor evaluate --json` (held-back 20% of the shared experiments.csv)."
+    ),
+    no_args_is_help=True,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+ModelDir = Annotated[
+    Path | None,
+    typer.Option("--model", help="Model directory (model.pt + card.json); default: the shipped model."),
+]
+DataFiles = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--data",
+        help=f"Experiment CSV(s) in the experiments.csv format (repeat the flag); default {SHARED_CSV}.",
+    ),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+Acks = Annotated[int, typer.Option("--acks", help="librdkafka acks: 0 (at-most-once) or 1 (at-least-once).")]
+BatchSize = Annotated[
+    float, typer.Option("--batch-size", help="librdkafka batch.num.messages B, messages (>= 1).")
+]
+LossPct = Annotated[float, typer.Option("--packet-loss-pct", help="Network packet loss L, percent 0-100.")]
+DelayMs = Annotated[float, typer.Option("--delay-ms", help="One-way network delay D, ms (0-60000).")]
+SizeBytes = Annotated[float, typer.Option("--message-size-bytes", help="Message size M, bytes (>= 1).")]
+TimeoutMs = Annotated[
+    float, typer.Option("--message-timeout-ms", help="librdkafka message.timeout.ms T_o, ms (0 = infinite).")
+]
+PollMs = Annotated[
+    float,
+    typer.Option(
+        "--poll-interval-ms", help="Polling interval delta between source reads, ms (0 = full load)."
+    ),
+]
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {exc}")
+    return typer.Exit(2)
+
+
+def _features(**values: float) -> dict[str, float]:
+    """Check each CLI value against the allowed range; the error names the flag."""
+    from predictor.features import FLAGS, check_value
+
+    return {name: check_value(name, v, FLAGS[name]) for name, v in values.items()}
+
+
+def _data(paths: list[Path] | None) -> list[Path]:
+    return list(paths) if paths else [SHARED_CSV]
+
+
+def _metrics_table(title: str, m: dict[str, Any]) -> Table:
+    table = Table(title=title)
+    for col in (
+        "family",
+        "n",
+        "MAE P_l",
+        "MAE P_d",
+        "coverage 90% P_l",
+        "coverage 90% P_d",
+        "throughput rel. err",
+    ):
+        table.add_column(col, justify="left" if col == "family" else "right")
+
+    def row(name: str, b: dict[str, Any]) -> None:
+        tp = b.get("median_rel_error_throughput")
+        table.add_row(
+            name,
+            str(b["n"]),
+            f"{b['mae_p_loss']:.4f}",
+            f"{b['mae_p_dup']:.6f}",
+            f"{b['coverage_90_p_loss']:.1%}",
+            f"{b['coverage_90_p_dup']:.1%}",
+            "-" if tp is None else f"{tp:.1%}",
+        )
+
+    for fam, b in m.get("families", {}).items():
+        row(fam, b)
+    row("[bold]all[/]", m)
+    return table
+
+
+@predictor_app.command("train")
+def train_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Directory to write model.pt and card.json to.")],
+    data: DataFiles = None,
+    seed: Annotated[int, typer.Option(help="Seed (initialisation, shuffling, folds).")] = 20200,
+    arch: Annotated[
+        str, typer.Option(help="improved (default) or paper (the paper's 200-200-200-64 SGD baseline).")
+    ] = "improved",
+    epochs: Annotated[int | None, typer.Option(help="Override the epochs per member.", min=1)] = None,
+    members: Annotated[
+        int | None, typer.Option(help="Override the ensemble size (cross-fit folds).", min=1)
+    ] = None,
+    threads: Annotated[
+        int, typer.Option(help="torch CPU threads (results are reproducible per count).", min=1)
+    ] = 1,
+    as_json: AsJson = False,
+) -> None:
+    """Train on the non-held-back ~80% of --data; write weights + JSON card (data sha256, split, metrics)."""
+    from dataclasses import replace
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from predictor.nets import IMPROVED_SPEC, PAPER_SPEC
+    from predictor.pipeline import train_model
+
+    if arch not in ("improved", "paper"):
+        raise _fail(KafkaAuditError(f"--arch {arch!r}: allowed values are improved, paper"))
+    spec = IMPROVED_SPEC if arch == "improved" else PAPER_SPEC
+    if epochs is not None:
+        spec = replace(spec, epochs=epochs)
+    if members is not None:
+        spec = replace(spec, members=members)
+    try:
+        with Progress(
+            TextColumn("training {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=as_json,
+        ) as bar:
+            task = bar.add_task(f"{arch} ({spec.members} member(s) x {spec.epochs} epochs)", total=None)
+            model = train_model(
+                _data(data),
+                spec,
+                seed,
+                lambda done, total: bar.update(task, completed=done, total=total),
+                threads,
+            )
+        model.save(out)
+    except KafkaAuditError as exc:
+        raise _fail(exc) from exc
+    card = model.card
+    if as_json:
+        console.print_json(
+            json.dumps(
+                {"out": str(out), "training_seconds": card["training_seconds"], "metrics": card["metrics"]}
+            )
+        )
+        return
+    console.print(
+        _metrics_table(f"held-back split ({card['split']['n_heldout']} rows)", card["metrics"]["heldout"])
+    )
+    console.print(f"wrote {out}/model.pt and card.json in {card['training_seconds']} s")
+
+
+@predictor_app.command("evaluate")
+def evaluate_cmd(
+    model_dir: ModelDir = None,
+    data: DataFiles = None,
+    split: Annotated[
+        str,
+        typer.Option(
+            help="auto: the held-back rows of files the model was trained on, all rows of other files; "
+            "heldout | train | all: that part of the settings-hash split for every file."
+        ),
+    ] = "auto",
+    as_json: AsJson = False,
+) -> None:
+    """MAE of P_l and P_d, 90% interval coverage, per experiment family.
+
+    Acceptance: `kafka-audit predictor evaluate --json` evaluates the shipped model on the held-back 20% of
+    the shared experiments.csv (MAE P_l < 0.02, coverage >= 0.85).
+    """
+    from predictor.model import Predictor
+    from predictor.pipeline import evaluate_model
+
+    if split not in ("auto", "heldout", "train", "all"):
+        raise _fail(KafkaAuditError(f"--split {split!r}: allowed values are auto, heldout, train, all"))
+    try:
+        model = Predictor.load(model_dir)
+        result = evaluate_model(model, _data(data), split)  # type: ignore[arg-type]
+    except KafkaAuditError as exc:
+        raise _fail(exc) from exc
+    result["model"] = str(model_dir) if model_dir else "default"
+    if as_json:
+        console.print_json(json.dumps(result))
+        return
+    console.print(_metrics_table(f"{result['model']} model on {result['split']}", result))
+
+
+@predictor_app.command("predict")
+def predict_cmd(
+    acks: Acks = 1,
+    batch_size: BatchSize = 1,
+    packet_loss_pct: LossPct = 0.0,
+    delay_ms: DelayMs = 30.0,
+    message_size_bytes: SizeBytes = 100.0,
+    message_timeout_ms: TimeoutMs = 5000.0,
+    poll_interval_ms: PollMs = 0.0,
+    model_dir: ModelDir = None,
+    as_json: AsJson = False,
+) -> None:
+    """Predict P_l, P_d (with 90% intervals) and throughput for one configuration and network."""
+    import pandas as pd
+
+    from predictor.model import Predictor
+
+    try:
+        row = _features(
+            acks=acks,
+            packet_loss_pct=packet_loss_pct,
+            delay_ms=delay_ms,
+            message_size_bytes=message_size_bytes,
+            batch_size=batch_size,
+            message_timeout_ms=message_timeout_ms,
+            poll_interval_ms=poll_interval_ms,
+        )
+        out = Predictor.load(model_dir).predict(pd.DataFrame([row])).iloc[0].to_dict()
+    except KafkaAuditError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        console.print_json(json.dumps({"input": row, **{k: float(v) for k, v in out.items()}}))
+        return
+    table = Table(title="predicted (90% interval)")
+    for col in ("metric", "value", "interval"):
+        table.add_column(col, justify="right")
+    table.add_row("P_l", f"{out['p_loss']:.4f}", f"[{out['p_loss_lo']:.4f}, {out['p_loss_hi']:.4f}]")
+    table.add_row("P_d", f"{out['p_dup']:.6f}", f"[{out['p_dup_lo']:.6f}, {out['p_dup_hi']:.6f}]")
+    table.add_row("throughput", f"{out['throughput_msgs_per_s']:.0f} msg/s", "")
+    console.print(table)
+
+
+def suggest_cmd(
+    acks: Acks = 1,
+    batch_size: BatchSize = 1,
+    packet_loss_pct: LossPct = 0.0,
+    delay_ms: DelayMs = 30.0,
+    message_size_bytes: SizeBytes = 100.0,
+    message_timeout_ms: TimeoutMs = 5000.0,
+    poll_interval_ms: PollMs = 0.0,
+    producers: Annotated[int, typer.Option(help="Number of producers N_p sharing the stream (>= 1).")] = 1,
+    arrival_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--arrival-rate",
+            help="Stream arrival rate lambda, messages/s (default: what N_p producers serve now).",
+        ),
+    ] = None,
+    target: Annotated[float, typer.Option(help="Required gamma (Eq. 2), in (0, 1].")] = 0.9,
+    stream: Annotated[
+        str, typer.Option(help="Weights preset (Table II): default, social, weblog, game.")
+    ] = "default",
+    weights: Annotated[
+        str | None, typer.Option(help="Explicit weights w1,w2,w3,w4 (sum 1); overrides --stream.")
+    ] = None,
+    model_dir: ModelDir = None,
+    as_json: AsJson = False,
+) -> None:
+    """Suggest the smallest configuration change whose predicted gamma meets --target (paper Sec. V).
+
+    Searched: acks, batch.num.messages, message.timeout.ms, the polling interval and the number of producers.
+    """
+    from predictor.kpi import Weights
+    from predictor.model import Predictor
+    from predictor.suggest import suggest
+
+    try:
+        row = _features(
+            acks=acks,
+            packet_loss_pct=packet_loss_pct,
+            delay_ms=delay_ms,
+            message_size_bytes=message_size_bytes,
+            batch_size=batch_size,
+            message_timeout_ms=message_timeout_ms,
+            poll_interval_ms=poll_interval_ms,
+        )
+        if producers < 1:
+            raise KafkaAuditError(f"--producers {producers}: must be >= 1")
+        if arrival_rate is not None and not arrival_rate > 0:
+            raise KafkaAuditError(f"--arrival-rate {arrival_rate:g}: must be > 0 messages/s")
+        if not 0.0 < target <= 1.0:
+            raise KafkaAuditError(f"--target {target:g}: allowed range is (0, 1]")
+        if weights is not None:
+            try:
+                w = Weights(*(float(x) for x in weights.split(",")))
+            except (TypeError, ValueError) as exc:
+                raise KafkaAuditError(
+                    f"--weights {weights!r}: expected four numbers w1,w2,w3,w4 summing to 1"
+                ) from exc
+        else:
+            w = Weights.preset(stream)
+        config = {
+            "acks": int(row["acks"]),
+            "batch.num.messages": row["batch_size"],
+            "message.timeout.ms": row["message_timeout_ms"],
+            "poll_interval_ms": row["poll_interval_ms"],
+            "producers": producers,
+        }
+        network = {
+            "packet_loss_pct": row["packet_loss_pct"],
+            "delay_ms": row["delay_ms"],
+            "message_size_bytes": row["message_size_bytes"],
+            "arrival_rate_msgs_per_s": arrival_rate,
+        }
+        result = suggest(config, network, target, w, Predictor.load(model_dir))
+    except KafkaAuditError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        console.print_json(json.dumps(None if result is None else result.to_json()))
+        return
+    if result is None:
+        console.print(
+            f"no suggestion: the current configuration's predicted gamma already meets {target:g}, "
+            "or no searched configuration raises it"
+        )
+        return
+    console.print(("[green]" if result.meets_target else "[yellow]") + result.explanation)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this package's commands to the ``kafka-audit`` typer app."""
+    """Add ``predictor`` (train, evaluate, predict) and ``suggest`` to the ``kafka-audit`` typer app."""
+    app.add_typer(predictor_app, name="predictor")
+    app.command("suggest")(suggest_cmd)

@@ -1,0 +1,193 @@
+"""PyTorch networks: the paper's ANN (baseline) and the improved quantile ensemble.
+
+Paper Sec. III-G: 4 hidden layers of 200, 200, 200 and 64 neurons, sigmoid output, SGD (learning rate
+0.5, 1000 epochs). The improved model is a cross-fitted ensemble of smaller MLPs with quantile heads
+(5th, 50th, 95th percentile of P_l and P_d) plus a log-throughput head; see :mod:`predictor.train`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from predictor.features import FEATURES
+
+DUP_SCALE = 1000.0
+"""P_d is learnt in per-mille (P_d is below 0.006 in the measurements), so its loss weighs like P_l's."""
+
+QUANTILES = (0.05, 0.5, 0.95)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Architecture and training hyper-parameters (stored in the model card).
+
+    Attributes:
+        arch: ``improved`` (quantile heads, log-scaled standardised inputs) or ``paper`` (baseline:
+            min-max scaled raw inputs, sigmoid outputs, MSE loss).
+        hidden: Hidden layer widths.
+        activation: Hidden activation, ``silu`` or ``relu``.
+        members: Ensemble size K; K >= 2 means K-fold cross-fitting (member k never sees fold k, whose
+            out-of-fold predictions calibrate the intervals); K = 1 trains one net on everything.
+        epochs: Passes over the member's training rows.
+        batch_size: Minibatch size, rows.
+        lr: Learning rate.
+        optimizer: ``adamw`` or ``sgd``.
+        weight_decay: AdamW weight decay.
+        sigmoid_loss: Improved model only: P_l median through a sigmoid (True) or linear and clipped.
+    """
+
+    arch: Literal["improved", "paper"] = "improved"
+    hidden: tuple[int, ...] = (96, 96, 96)
+    activation: Literal["silu", "relu"] = "silu"
+    members: int = 5
+    epochs: int = 300
+    batch_size: int = 64
+    lr: float = 3e-3
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    weight_decay: float = 1e-4
+    sigmoid_loss: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict (tuples as lists)."""
+        d = asdict(self)
+        d["hidden"] = list(self.hidden)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ModelSpec:
+        """Inverse of :meth:`to_json`."""
+        return cls(**{**d, "hidden": tuple(d["hidden"])})
+
+
+PAPER_SPEC = ModelSpec(
+    arch="paper",
+    hidden=(200, 200, 200, 64),
+    activation="relu",
+    members=1,
+    epochs=1000,
+    batch_size=64,
+    lr=0.5,
+    optimizer="sgd",
+    weight_decay=0.0,
+)
+"""The paper's ANN (Sec. III-G) as the baseline."""
+
+IMPROVED_SPEC = ModelSpec()
+
+
+def mlp(n_in: int, hidden: tuple[int, ...], n_out: int, activation: str) -> nn.Sequential:
+    """Build a plain MLP ``n_in -> hidden... -> n_out`` with the given hidden activation."""
+    act: type[nn.Module] = nn.SiLU if activation == "silu" else nn.ReLU
+    layers: list[nn.Module] = []
+    width = n_in
+    for h in hidden:
+        layers += [nn.Linear(width, h), act()]
+        width = h
+    layers.append(nn.Linear(width, n_out))
+    return nn.Sequential(*layers)
+
+
+class Member(nn.Module):
+    """One ensemble member; maps scaled inputs (n, 7) to a dict of output tensors, each shape (n,).
+
+    Keys: ``p_loss`` (median), ``p_loss_lo``, ``p_loss_hi``, ``p_dup`` and its bounds (fractions; the
+    paper arch gives lo = hi = point) and ``log_tp`` (standardised log throughput).
+    """
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        n_out = 3 if spec.arch == "paper" else 7
+        self.net = mlp(len(FEATURES), spec.hidden, n_out, spec.activation)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Return the outputs for scaled inputs ``x`` (n, 7), training units (P_d per-mille if improved)."""
+        z = self.net(x)
+        if self.spec.arch == "paper":
+            pl, pd_ = torch.sigmoid(z[:, 0]), torch.sigmoid(z[:, 1])
+            return {
+                "p_loss": pl,
+                "p_loss_lo": pl,
+                "p_loss_hi": pl,
+                "p_dup": pd_,
+                "p_dup_lo": pd_,
+                "p_dup_hi": pd_,
+                "log_tp": z[:, 2],
+            }
+        sp = nn.functional.softplus
+        med = torch.sigmoid(z[:, 0]) if self.spec.sigmoid_loss else z[:, 0]
+        dmed = z[:, 3]
+        return {
+            "p_loss": med,
+            "p_loss_lo": med - sp(z[:, 1]),
+            "p_loss_hi": med + sp(z[:, 2]),
+            "p_dup": dmed,
+            "p_dup_lo": dmed - sp(z[:, 4]),
+            "p_dup_hi": dmed + sp(z[:, 5]),
+            "log_tp": z[:, 6],
+        }
+
+
+class Ensemble(nn.Module):
+    """K members plus the input scaling, throughput de-standardisation and conformal offsets (buffers).
+
+    ``forward(x_features)`` takes the (n, 7) pre-scaled feature array (log transforms for ``improved``,
+    raw for ``paper``), clamps it to the training range (``x_lo``/``x_hi``: a value beyond the measured
+    range is predicted as the nearest measured one), standardises it with ``x_shift``/``x_scale`` and
+    returns averaged member
+    outputs in fractions and messages/s, with the conformal offsets applied and P_l, P_d clipped to [0, 1].
+    """
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.members = nn.ModuleList(Member(spec) for _ in range(spec.members))
+        n = len(FEATURES)
+        self.register_buffer("x_shift", torch.zeros(n))
+        self.register_buffer("x_scale", torch.ones(n))
+        self.register_buffer("x_lo", torch.full((n,), -torch.inf))  # training range of the features:
+        self.register_buffer("x_hi", torch.full((n,), torch.inf))  # inputs are clamped to it
+        self.register_buffer("tp_mean", torch.zeros(()))
+        self.register_buffer("tp_std", torch.ones(()))
+        self.register_buffer("q_loss", torch.zeros(()))  # conformal offset, P_l fraction
+        self.register_buffer("q_dup", torch.zeros(()))  # conformal offset, P_d fraction
+
+    def scale(self, x: torch.Tensor) -> torch.Tensor:
+        """Clamp pre-scaled features (n, 7) to the training range (no extrapolation), then standardise."""
+        return (torch.clamp(x, self.x_lo, self.x_hi) - self.x_shift) / self.x_scale
+
+    def raw_outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Member-averaged outputs in member units (no offsets, no clipping)."""
+        xs = self.scale(x)
+        outs = [m(xs) for m in self.members]
+        return {k: torch.stack([o[k] for o in outs]).mean(0) for k in outs[0]}
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Return the final predictions for pre-scaled features ``x`` (n, 7); every value shape (n,)."""
+        o = self.raw_outputs(x)
+        dup_unit = 1.0 if self.spec.arch == "paper" else DUP_SCALE
+        acks1 = x[:, 0]  # acks 0/1 is column 0 before scaling for both archs
+        res = {
+            "p_loss": o["p_loss"],
+            "p_loss_lo": o["p_loss_lo"] - self.q_loss,
+            "p_loss_hi": o["p_loss_hi"] + self.q_loss,
+            "p_dup": o["p_dup"] / dup_unit,
+            "p_dup_lo": o["p_dup_lo"] / dup_unit - self.q_dup,
+            "p_dup_hi": o["p_dup_hi"] / dup_unit + self.q_dup,
+        }
+        res = {k: v.clamp(0.0, 1.0) for k, v in res.items()}
+        # At-most-once (acks=0) never duplicates (paper Sec. III-B/G): P_d = 0 exactly.
+        for k in ("p_dup", "p_dup_lo", "p_dup_hi"):
+            res[k] = res[k] * (acks1 > 0.5).to(x.dtype)
+        res["p_loss_lo"] = torch.minimum(res["p_loss_lo"], res["p_loss"])
+        res["p_loss_hi"] = torch.maximum(res["p_loss_hi"], res["p_loss"])
+        res["p_dup_lo"] = torch.minimum(res["p_dup_lo"], res["p_dup"])
+        res["p_dup_hi"] = torch.maximum(res["p_dup_hi"], res["p_dup"])
+        tp = torch.exp(o["log_tp"] * self.tp_std + self.tp_mean)
+        res["throughput_msgs_per_s"] = torch.full_like(tp, float("nan")) if self.spec.arch == "paper" else tp
+        return res

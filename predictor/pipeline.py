@@ -1,0 +1,147 @@
+"""Train-and-card and evaluate-on-the-right-rows: what ``kafka-audit predictor train/evaluate`` run."""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from kafka_audit.errors import ConfigError
+from predictor import data as data_mod
+from predictor.evaluate import metrics
+from predictor.features import FEATURES, UNITS
+from predictor.model import Predictor
+from predictor.nets import ModelSpec
+from predictor.train import COVERAGE, Progress, fit
+
+CARD_FORMAT = 1
+DEFAULT_SEED = 20200
+Split = Literal["auto", "heldout", "train", "all"]
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("torch", "numpy", "pandas", "kafka-audit"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "unknown"
+    return out
+
+
+def train_model(
+    paths: Sequence[Path],
+    spec: ModelSpec,
+    seed: int = DEFAULT_SEED,
+    progress: Progress | None = None,
+    threads: int = 1,
+) -> Predictor:
+    """Train on the non-held-back rows of ``paths`` and return the model with its card.
+
+    The held-back rows (:data:`predictor.data.SPLIT_RULE`, ~20% of settings) are only used for the card's
+    ``metrics.heldout``. Deterministic for equal data, spec, seed and ``threads``.
+
+    Raises:
+        ConfigError: if the data cannot be read or leaves no training or held-back rows.
+    """
+    import torch
+
+    torch.set_num_threads(threads)
+    frame = data_mod.load(paths)
+    held = data_mod.heldout_mask(frame)
+    train, test = frame[~held].reset_index(drop=True), frame[held].reset_index(drop=True)
+    if train.empty or test.empty:
+        raise ConfigError(
+            f"--data: {len(frame)} rows give {len(train)} training and {len(test)} held-back rows"
+        )
+    started = time.monotonic()
+    result = fit(train, spec, seed, progress)
+    seconds = time.monotonic() - started
+    card: dict[str, Any] = {
+        "format": CARD_FORMAT,
+        "model": "kafka-audit predictor: P_l, P_d (90% intervals), throughput (Wu et al. 2020, Eq. 1)",
+        "spec": spec.to_json(),
+        "seed": seed,
+        "threads": threads,
+        "data": [
+            {
+                "file": str(p),
+                "sha256": data_mod.file_sha256(p),
+                "rows": int((frame["source"] == p.name).sum()),
+            }
+            for p in paths
+        ],
+        "features": list(FEATURES),
+        "units": {
+            **UNITS,
+            "p_loss": "P_l, fraction 0-1 (lost / sent)",
+            "p_dup": "P_d, fraction 0-1 (duplicated / sent)",
+            "throughput_msgs_per_s": "messages/s per producer (n_sent / duration_s)",
+        },
+        "interval": {
+            "coverage": COVERAGE,
+            "method": "quantile heads (5th/95th) + conformal widening from out-of-fold scores (CQR)",
+            "q_loss": float(result.model.q_loss),
+            "q_dup": float(result.model.q_dup),
+        },
+        "split": {
+            "rule": data_mod.SPLIT_RULE,
+            "heldout_percent": data_mod.HELDOUT_PERCENT,
+            "n_train": len(train),
+            "n_heldout": len(test),
+        },
+        "trained_ranges": {c: [float(train[c].min()), float(train[c].max())] for c in FEATURES},
+        "versions": _versions(),
+        "training_seconds": round(seconds, 1),
+    }
+    model = Predictor(result.model, card)
+    oof = result.oof.assign(throughput_msgs_per_s=np.nan)
+    card["metrics"] = {
+        "heldout": metrics(model.predict(test), test),
+        "out_of_fold_train": {k: v for k, v in metrics(oof, train).items() if k != "families"},
+    }
+    return model
+
+
+def select_rows(model: Predictor, paths: Sequence[Path], split: Split) -> tuple[pd.DataFrame, str]:
+    """Load ``paths`` and keep the rows to evaluate.
+
+    ``auto``: for a file the model was trained on (same sha256 as in its card), its held-back rows; for
+    any other file, all rows. ``heldout`` / ``train``: that side of the split for every file; ``all``.
+
+    Returns:
+        The rows and a description of the selection.
+
+    Raises:
+        ConfigError: if no rows are left.
+    """
+    frame = data_mod.load(paths)
+    held = data_mod.heldout_mask(frame)
+    trained = {d["sha256"] for d in model.card.get("data", [])}
+    if split == "auto":
+        seen = {p.name for p in paths if data_mod.file_sha256(p) in trained}
+        keep = np.where(frame["source"].isin(seen).to_numpy(), held, True)
+        what = f"auto: held-back rows of {sorted(seen)}, all rows of the others" if seen else "auto: all rows"
+    elif split == "heldout":
+        keep, what = held, "heldout"
+    elif split == "train":
+        keep, what = ~held, "train"
+    else:
+        keep, what = np.ones(len(frame), dtype=bool), "all"
+    rows = frame[keep]
+    if rows.empty:
+        raise ConfigError(f"--split {split}: no rows selected from {[str(p) for p in paths]}")
+    return rows, what
+
+
+def evaluate_model(model: Predictor, paths: Sequence[Path], split: Split = "auto") -> dict[str, Any]:
+    """Metrics of ``model`` on the selected rows of ``paths`` (see :func:`select_rows`, :func:`metrics`)."""
+    rows, what = select_rows(model, paths, split)
+    out = metrics(model.predict(rows), rows)
+    return {"split": what, **out}
