@@ -133,9 +133,14 @@ class AuditConsumer:
 
         Raises:
             AuditConsumerError: when fenced by another instance with the same transactional id, or fatal.
+            KafkaSecurityError: at start, if the broker rejects the credentials or certificate.
         """
         stop = stop or threading.Event()
-        self.ensure_topics()
+        try:
+            self.ensure_topics()
+        except KafkaAuditError:  # e.g. KafkaAuthenticationError: close the clients, then say why
+            self._close()
+            raise
         try:
             self._producer.init_transactions(30)
         except KafkaException as exc:

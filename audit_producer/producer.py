@@ -25,7 +25,7 @@ from audit_producer.network_stats import parse_statistics
 from audit_producer.settings import ProducerAuditSettings
 from audit_record import PRODUCER_TIER, AuditRecord, NetworkStats, encode, now_ms
 from audit_record.stamp import STAMP_HEADER, encode_prefix, new_producer_id
-from kafka_audit.errors import ConfigError
+from kafka_audit.errors import ConfigError, KafkaAuditError
 from kafka_audit.security import client_config
 from kafka_audit.topics import AUDIT_TOPIC_CONFIG, connection_config, ensure_topic
 
@@ -86,7 +86,12 @@ class AuditedProducer:
                 "message.timeout.ms": 120_000,
             }
         )
-        ensure_topic(conn, self.settings.audit_topic, partitions=3, topic_config=AUDIT_TOPIC_CONFIG)
+        try:  # also fails fast on bad credentials (KafkaAuthenticationError)
+            ensure_topic(conn, self.settings.audit_topic, partitions=3, topic_config=AUDIT_TOPIC_CONFIG)
+        except KafkaAuditError:
+            self._audit_producer.close()
+            self._producer.close()
+            raise
 
         self._prefix = encode_prefix(self.producer_id)
         self._seq = 0
