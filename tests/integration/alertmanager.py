@@ -10,11 +10,13 @@ process is stopped by its PID. ``receiver_url`` makes Alertmanager forward notif
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -111,3 +113,53 @@ def running_alertmanager(
             except subprocess.TimeoutExpired:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(10)
+
+
+class WebhookReceiver:
+    """A JSON webhook receiver on 127.0.0.1 (http.server in a thread) recording every POST body.
+
+    ``fail_with`` set to an HTTP status makes it answer that status (and record nothing).
+    """
+
+    def __init__(self) -> None:
+        self.bodies: list[Any] = []
+        self.headers: list[dict[str, str]] = []
+        self.fail_with: int | None = None
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(length)
+                if receiver.fail_with is not None:
+                    self.send_response(receiver.fail_with)
+                    self.end_headers()
+                    return
+                with receiver._lock:
+                    receiver.bodies.append(json.loads(body))
+                    receiver.headers.append(dict(self.headers))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Every alert of every received body, in arrival order."""
+        with self._lock:
+            return [a for b in self.bodies for a in b.get("alerts", [])]
+
+    def __enter__(self) -> WebhookReceiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(10)
