@@ -18,7 +18,9 @@ def _no_alert_env(monkeypatch):
         monkeypatch.delenv(f"KAFKA_AUDIT_ALERTS_{name}", raising=False)
 
 
-@pytest.mark.parametrize("cmd", [["alerts"], ["alerts", "rules"], ["alerts", "test-fire"], ["alerts", "evaluate"]])
+@pytest.mark.parametrize(
+    "cmd", [["alerts"], ["alerts", "rules"], ["alerts", "test-fire"], ["alerts", "evaluate"]]
+)
 def test_help(cmd):
     result = CliRunner().invoke(app, [*cmd, "--help"])
     assert result.exit_code == 0, result.output

@@ -23,7 +23,9 @@ T0 = 1_800_000_000_000
 SUGGESTION = "raise batch.num.messages 1 -> 4: predicted P_l 0.63 -> 0.04, gamma 0.71 -> 0.93"
 
 
-def window(i: int, topic: str = "t", tier: str = "cluster:a", state: str = "final", **kw: Any) -> dict[str, Any]:
+def window(
+    i: int, topic: str = "t", tier: str = "cluster:a", state: str = "final", **kw: Any
+) -> dict[str, Any]:
     """A healthy final window i of (topic, tier); kw overrides fields."""
     row: dict[str, Any] = {
         "kind": "result",
@@ -119,8 +121,15 @@ def test_gamma_does_not_flap_on_alternating_windows(settings):
 
 
 def test_gamma_value_hysteresis_margin_keeps_firing_near_target():
-    engine = AlertEngine(AlertSettings(gamma_for_windows=1, gamma_keep_firing_windows=1, gamma_resolve_margin=0.02))
-    rows = [bad_gamma(0), window(1, gamma_actual=0.91), window(2, gamma_actual=0.915), window(3, gamma_actual=0.93)]
+    engine = AlertEngine(
+        AlertSettings(gamma_for_windows=1, gamma_keep_firing_windows=1, gamma_resolve_margin=0.02)
+    )
+    rows = [
+        bad_gamma(0),
+        window(1, gamma_actual=0.91),
+        window(2, gamma_actual=0.915),
+        window(3, gamma_actual=0.93),
+    ]
     per_call = [only(evs, GAMMA_BELOW_TARGET) for evs in feed(engine, rows)]
     assert [len(x) for x in per_call] == [1, 0, 0, 1]
     assert per_call[3][0].status is AlertStatus.RESOLVED
@@ -187,6 +196,7 @@ def test_completeness_needs_sent_messages(settings):
 
 def test_drift_fires_after_k_consecutive_windows_outside_interval(settings):
     engine = AlertEngine(settings)
+
     def outside(i, loss=0.15):
         return window(i, loss_rate=loss, unique=1000 * (1 - loss), completeness=1 - loss)
 

@@ -9,7 +9,9 @@ from alerts.state import AlertState, AlertStateMachine, Transition
 BAD, GOOD, UNKNOWN = True, False, None
 
 
-def run(machine: AlertStateMachine, observations: list[bool | None]) -> list[tuple[AlertState, Transition | None]]:
+def run(
+    machine: AlertStateMachine, observations: list[bool | None]
+) -> list[tuple[AlertState, Transition | None]]:
     return [(machine.state, t) for t in (machine.step(o) for o in observations)]
 
 
@@ -54,7 +56,10 @@ def test_for_one_fires_on_first_bad_without_pending():
 
 def test_firing_bad_is_deduplicated():
     m = AlertStateMachine(for_count=1, keep_firing_count=1)
-    assert run(m, [BAD, BAD, BAD, BAD]) == [(AlertState.FIRING, Transition.FIRE)] + [(AlertState.FIRING, None)] * 3
+    assert (
+        run(m, [BAD, BAD, BAD, BAD])
+        == [(AlertState.FIRING, Transition.FIRE)] + [(AlertState.FIRING, None)] * 3
+    )
 
 
 def test_firing_good_resolves_once_after_keep_firing_count():
