@@ -71,15 +71,15 @@ def _ready(url: str) -> bool:
 
 @contextmanager
 def running_alertmanager(
-    workdir: Path, receiver_url: str | None = None, timeout_s: float = 30.0
+    workdir: Path, receiver_url: str | None = None, port: int | None = None, timeout_s: float = 30.0
 ) -> Iterator[Alertmanager]:
-    """Start Alertmanager on a free 127.0.0.1 port; stop it (SIGTERM, then SIGKILL) by PID on exit."""
+    """Start Alertmanager on 127.0.0.1 (``port`` or a free one); stop it (SIGTERM, then SIGKILL) by PID."""
     if not shutil.which(BINARY):
         pytest.skip(f"{BINARY} not installed (Debian package prometheus-alertmanager)")
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "alertmanager.yml"
     config.write_text(_config(receiver_url))
-    port = free_port()
+    port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = workdir / "alertmanager.log"
     with open(log_path, "wb") as log:
