@@ -24,7 +24,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from alerts.event import AlertEvent, AlertStatus
+from alerts.event import AlertEvent, AlertStatus, Severity
 from alerts.rules import AuditLagRule, Observation, WindowRule, audit_lag_rule, window_rules
 from alerts.settings import AlertSettings
 from alerts.state import AlertState, AlertStateMachine, Transition
@@ -125,7 +125,7 @@ class AlertEngine:
     def _step(
         self,
         alertname: str,
-        severity: Any,
+        severity: Severity,
         key: tuple[str, str],
         machine: AlertStateMachine,
         obs: Observation,

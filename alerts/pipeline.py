@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -22,6 +23,8 @@ from alerts.event import AlertEvent
 from alerts.metrics import AlertMetrics
 from alerts.settings import AlertSettings
 from alerts.sinks.base import AlertSink
+
+log = logging.getLogger(__name__)
 
 
 class AlertPipeline:
@@ -68,8 +71,14 @@ class AlertPipeline:
         return events
 
     def on_batch(self, batch_id: int, results: list[dict[str, Any]]) -> None:
-        """``spark_streaming.job.ReconciliationJob`` listener: ``(batch_id, result rows)`` on the driver."""
-        self.process(results)
+        """``spark_streaming.job.ReconciliationJob`` listener: ``(batch_id, result rows)`` on the driver.
+
+        Never raises: an alerting bug is logged (with its traceback) and must not stop the audit job.
+        """
+        try:
+            self.process(results)
+        except Exception:  # the reconciliation results are already written; alerting is best effort here
+            log.exception("alert evaluation of micro-batch %d failed", batch_id)
 
     def close(self) -> None:
         """Flush and close the sinks."""

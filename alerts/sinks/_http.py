@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from typing import Any
@@ -13,11 +14,21 @@ from alerts.exceptions import AlertSinkError
 _SCHEMES = ("http://", "https://")
 
 
+def safe_url(url: str) -> str:
+    """Return ``url`` without user info and query (they may hold credentials), for messages and logs."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
 def _request(
     sink: str, method: str, url: str, body: Any, timeout_s: float, headers: Mapping[str, str]
 ) -> Any:
     if not url.startswith(_SCHEMES):
-        raise AlertSinkError(sink, f"{url!r}: only http:// and https:// URLs are allowed")
+        raise AlertSinkError(sink, f"{safe_url(url)!r}: only http:// and https:// URLs are allowed")
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(  # noqa: S310 - scheme checked above
         url, data=data, method=method, headers={"Content-Type": "application/json", **headers}
@@ -27,10 +38,10 @@ def _request(
             payload = resp.read()
     except urllib.error.HTTPError as exc:
         detail = exc.read()[:300].decode(errors="replace")
-        raise AlertSinkError(sink, f"{method} {url}: HTTP {exc.code} {detail.strip()}") from exc
+        raise AlertSinkError(sink, f"{method} {safe_url(url)}: HTTP {exc.code} {detail.strip()}") from exc
     except (urllib.error.URLError, OSError) as exc:  # refused, DNS, timeout
         reason = getattr(exc, "reason", exc)
-        raise AlertSinkError(sink, f"{method} {url}: {reason}") from exc
+        raise AlertSinkError(sink, f"{method} {safe_url(url)}: {reason}") from exc
     if not payload:
         return None
     try:

@@ -16,7 +16,7 @@ from typing import Any
 
 from alerts.event import AlertEvent
 from alerts.exceptions import AlertSinkError
-from alerts.sinks._http import post_json
+from alerts.sinks._http import post_json, safe_url
 
 WEBHOOK_VERSION = 1
 
@@ -48,7 +48,7 @@ class WebhookSink:
         self._headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else {}
 
     def __repr__(self) -> str:
-        return f"WebhookSink(url={self.url!r})"
+        return f"WebhookSink(url={safe_url(self.url)!r})"
 
     def send(self, events: Sequence[AlertEvent], now_ms: int) -> None:
         """POST ``events`` (nothing when empty).

@@ -247,3 +247,23 @@ def test_sinks_from_settings_and_pipeline_without_sinks():
     labels = {"alertname": "KafkaAuditGammaBelowTarget", "topic": "t", "severity": "warning"}
     assert pipeline.metrics.registry.get_sample_value("kafka_audit_alerts_firing", labels) == 1
     json.dumps([e.to_dict() for e in pipeline.engine.firing()])  # JSON-serialisable
+
+
+def test_urls_in_errors_carry_no_credentials():
+    url = f"http://user:pw@127.0.0.1:{free_port()}/hook?token=abc"
+    with pytest.raises(AlertSinkError) as info:
+        WebhookSink(url, timeout_s=2).send([firing()], T0)
+    text = str(info.value)
+    assert "127.0.0.1" in text and "pw" not in text and "abc" not in text
+    assert "pw" not in repr(WebhookSink(url))
+
+
+def test_pipeline_listener_never_raises(monkeypatch, caplog):
+    pipeline = AlertPipeline(AlertSettings(), sinks=[])
+
+    def boom(*_a, **_k):
+        raise RuntimeError("engine bug")
+
+    monkeypatch.setattr(pipeline.engine, "observe", boom)
+    pipeline.on_batch(7, [])
+    assert "alert evaluation of micro-batch 7 failed" in caplog.text
