@@ -10,14 +10,33 @@ or the parts: :class:`AlertEngine` (``observe(results, now_ms) -> list[AlertEven
 :class:`Dispatcher` (``dispatch(events, now_ms)``), :class:`AlertMetrics` (``update_firing(...)``).
 """
 
-from alerts.dispatch import Dispatcher, sinks_from_settings
-from alerts.engine import AlertEngine
-from alerts.event import ALERT_NAMES, AlertEvent, AlertStatus
-from alerts.metrics import AlertMetrics
-from alerts.pipeline import AlertPipeline
-from alerts.settings import AlertSettings
-from alerts.state import AlertState, AlertStateMachine
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from alerts.dispatch import Dispatcher, sinks_from_settings
+    from alerts.engine import AlertEngine
+    from alerts.event import ALERT_NAMES, AlertEvent, AlertStatus
+    from alerts.metrics import AlertMetrics
+    from alerts.pipeline import AlertPipeline
+    from alerts.settings import AlertSettings
+    from alerts.state import AlertState, AlertStateMachine
+
+_EXPORTS = {
+    "ALERT_NAMES": "alerts.event",
+    "AlertEngine": "alerts.engine",
+    "AlertEvent": "alerts.event",
+    "AlertMetrics": "alerts.metrics",
+    "AlertPipeline": "alerts.pipeline",
+    "AlertSettings": "alerts.settings",
+    "AlertState": "alerts.state",
+    "AlertStateMachine": "alerts.state",
+    "AlertStatus": "alerts.event",
+    "Dispatcher": "alerts.dispatch",
+    "sinks_from_settings": "alerts.dispatch",
+}
 __all__ = [
     "ALERT_NAMES",
     "AlertEngine",
@@ -31,3 +50,11 @@ __all__ = [
     "Dispatcher",
     "sinks_from_settings",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the public names on first use, so ``kafka-audit --help`` does not load the sinks."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'alerts' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
