@@ -2,8 +2,197 @@
 
 from __future__ import annotations
 
+import json
+import signal
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from kafka_audit.errors import KafkaAuditError
+
+testbed_app = typer.Typer(
+    help="Testbed: impaired producer network (namespaces + NFQUEUE), scenarios, experiment grids, figures.",
+    no_args_is_help=True,
+)
+console = Console(width=None if Console().is_terminal else 140)
+err_console = Console(stderr=True)
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {exc}")
+    return typer.Exit(2)
+
+
+def _interrupt_as_exception() -> None:
+    """Turn SIGTERM into KeyboardInterrupt so context managers clean the namespaces up."""
+
+    def handler(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _impairment(loss_pct: float, ge: str | None, delay_ms: float, jitter_ms: float, distribution: str) -> Any:
+    from pydantic import ValidationError
+
+    from testbed.impairment import BernoulliLoss, Delay, GilbertElliottLoss, Impairment
+
+    try:
+        loss: Any = BernoulliLoss(percent=loss_pct) if loss_pct else None
+        if ge:
+            parts = [float(x) for x in ge.split(",")]
+            if not 1 <= len(parts) <= 4:
+                raise typer.BadParameter("expected p[,r[,1-h[,1-k]]] in percent", param_hint="--gemodel")
+            names = ("p", "r", "one_minus_h", "one_minus_k")
+            loss = GilbertElliottLoss(**dict(zip(names, parts, strict=False)))
+        delay = Delay(delay_ms=delay_ms, jitter_ms=jitter_ms, distribution=distribution)  # type: ignore[arg-type]
+        return Impairment(delay=delay, loss=loss)
+    except (ValidationError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+
+
+@testbed_app.command("probe")
+def probe(
+    loss_pct: Annotated[float, typer.Option("--loss-pct", help="Bernoulli packet loss L, percent.")] = 0.0,
+    gemodel: Annotated[
+        str | None,
+        typer.Option(help="Gilbert-Elliott loss as NetEm's `gemodel p r 1-h 1-k`, percent, comma-separated."),
+    ] = None,
+    delay_ms: Annotated[float, typer.Option(help="Delay D, ms (one way).")] = 0.0,
+    jitter_ms: Annotated[float, typer.Option(help="Delay jitter, ms.")] = 0.0,
+    distribution: Annotated[
+        str, typer.Option(help="Jitter distribution: pareto, normal, uniform.")
+    ] = "pareto",
+    count: Annotated[int, typer.Option(help="Probe packets.")] = 5000,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Impair a fresh producer namespace and measure what it achieves with ICMP probes (needs root)."""
+    from testbed.netns import ProducerNamespace
+    from testbed.probe import ping_probe
+
+    imp = _impairment(loss_pct, gemodel, delay_ms, jitter_ms, distribution)
+    _interrupt_as_exception()
+    try:
+        with ProducerNamespace() as ns:
+            base = ping_probe(ns, count=min(count, 500))
+            ns.apply(imp)
+            res = ping_probe(ns, count=count)
+    except KafkaAuditError as exc:
+        raise _fail(exc) from exc
+    out = {
+        "requested": {
+            "impairment": imp.describe(),
+            "loss_pct": imp.loss_pct,
+            "delay_ms": imp.delay.delay_ms if imp.delay else 0.0,
+            "mean_burst": getattr(imp.loss, "mean_burst_packets", None),
+        },
+        "achieved": {
+            **res.summary(),
+            "rtt_increase_ms": (res.median_rtt_ms or 0.0) - (base.median_rtt_ms or 0.0),
+        },
+    }
+    if as_json:
+        print(json.dumps(out))
+        return
+    table = Table(title=f"testbed probe: {imp.describe()} ({count} packets)")
+    table.add_column("quantity")
+    table.add_column("requested", justify="right")
+    table.add_column("achieved", justify="right")
+    a = out["achieved"]
+    table.add_row("loss L, %", f"{imp.loss_pct:.2f}", f"{a['loss_pct']:.2f}")
+    table.add_row(
+        "median RTT increase, ms", f"{out['requested']['delay_ms']:.1f}", f"{a['rtt_increase_ms']:.1f}"
+    )
+    burst = out["requested"]["mean_burst"]
+    table.add_row(
+        "mean loss burst, packets",
+        f"{burst:.2f}" if burst else "-",
+        f"{a['mean_burst']:.2f}" if a["mean_burst"] else "-",
+    )
+    console.print(table)
+
+
+@testbed_app.command("grid")
+def grid(
+    grid_file: Annotated[Path, typer.Argument(help="Grid YAML (see testbed/grids/).")],
+    out: Annotated[Path, typer.Option(help="CSV to append to (experiments.csv columns).")] = Path(
+        "var/testbed/grid.csv"
+    ),
+    messages: Annotated[int | None, typer.Option(help="N messages per experiment (overrides).")] = None,
+    brokers: Annotated[int, typer.Option(help="Kafka brokers (the paper: 3).")] = 3,
+    data_dir: Annotated[Path, typer.Option(help="Cluster data directory.")] = Path("var/testbed/kafka"),
+) -> None:
+    """Sweep a grid of experiments; one CSV row each; resumable (finished experiments are skipped)."""
+    import shutil
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from testbed.grid import load_grid, run_grid
+    from testbed.lab import Lab
+
+    try:
+        spec = load_grid(grid_file)
+    except KafkaAuditError as exc:
+        raise _fail(exc) from exc
+    if messages is not None:
+        spec = spec.model_copy(update={"messages": messages})
+    _interrupt_as_exception()
+    shutil.rmtree(data_dir, ignore_errors=True)
+    try:
+        with (
+            Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[last]}"),
+                TimeRemainingColumn(),
+                console=console,
+            ) as progress,
+        ):
+            task = progress.add_task(f"grid {spec.name}", total=spec.size, last="")
+            with progress.console.status("starting the producer namespace and Kafka (3 brokers) ..."):
+                lab = Lab(data_dir, brokers=brokers)
+            with lab:
+                run_grid(
+                    spec,
+                    out,
+                    lab,
+                    on_start=lambda todo, done: progress.update(task, completed=done),
+                    on_done=lambda row: progress.update(
+                        task,
+                        advance=1,
+                        last=(
+                            f"L={row['packet_loss_pct']}% B={row['batch_size']} acks={row['acks']}: "
+                            f"P_l={row['p_loss']:.4f}"
+                        ),
+                    ),
+                )
+    except KeyboardInterrupt:
+        err_console.print(f"interrupted; finished experiments are in {out} (rerun to resume)")
+        raise typer.Exit(130) from None
+    except KafkaAuditError as exc:
+        raise _fail(exc) from exc
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    console.print(f"grid {spec.name}: {spec.size} experiments in {out}")
+
+
+@testbed_app.command("cleanup")
+def cleanup() -> None:
+    """Delete testbed namespaces left behind by processes that died (needs root)."""
+    from testbed.netns import cleanup_stale, require_root
+
+    try:
+        require_root()
+        removed = cleanup_stale()
+    except KafkaAuditError as exc:
+        raise _fail(exc) from exc
+    console.print(f"removed {len(removed)} namespace(s): {', '.join(removed) or '-'}")
 
 
 def register(app: typer.Typer) -> None:
     """Add this package's commands to the ``kafka-audit`` typer app."""
+    app.add_typer(testbed_app, name="testbed")

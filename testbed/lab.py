@@ -1,0 +1,218 @@
+"""The testbed lab: a producer namespace, a local Kafka cluster reachable from it, and measured runs.
+
+A :class:`Lab` owns (1) a :class:`~testbed.netns.ProducerNamespace` and (2) a
+:class:`~testbed.kafka_cluster.KafkaCluster` (3 brokers, like the paper's testbed) whose client listener
+is bound to the host end of the veth pair, so the producer reaches the brokers only through the
+impaired link while everything else (audit consumer, Spark, verifier) runs in the root namespace.
+:meth:`Lab.produce` runs one audited producer process inside the namespace; :meth:`Lab.truth` asks the
+verifier for the ground truth of that producer's messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kafka_audit.errors import KafkaAuditError
+from kafka_audit.topics import ensure_topic
+from testbed.impairment import Impairment
+from testbed.kafka_cluster import KafkaCluster
+from testbed.netns import ProducerNamespace
+from testbed.producer_process import ProducerRun
+from testbed.verify import Verification, verify_topic
+
+
+class LabError(KafkaAuditError):
+    """A testbed run failed (a producer process died, the cluster would not start...)."""
+
+
+@dataclass
+class ProducerOutcome:
+    """One producer process's run and the ground truth of its messages.
+
+    Attributes:
+        producer_id: Audit producer id (the stamp's producer id).
+        sent: Messages the producer was given (produce() calls), messages.
+        seconds: Wall time from the first produce() to the end of the final flush, s.
+        received: Copies in the topic, duplicates included (verifier).
+        unique: Distinct sequence numbers in the topic (verifier).
+    """
+
+    producer_id: str
+    sent: int
+    seconds: float
+    received: int = 0
+    unique: int = 0
+
+    @property
+    def lost(self) -> int:
+        """Sent - unique, messages."""
+        return max(0, self.sent - self.unique)
+
+    @property
+    def duplicated(self) -> int:
+        """Received - unique, messages."""
+        return self.received - self.unique
+
+    @property
+    def p_loss(self) -> float:
+        """R_l = (sent - unique) / sent (paper Eq. 3), fraction."""
+        return self.lost / self.sent if self.sent else 0.0
+
+    @property
+    def p_dup(self) -> float:
+        """R_d = duplicated / sent (paper Eq. 3), fraction."""
+        return self.duplicated / self.sent if self.sent else 0.0
+
+
+class Lab:
+    """Namespace + cluster for testbed runs; a context manager that stops both (also on Ctrl-C).
+
+    Args:
+        data_dir: Where the cluster keeps its data.
+        brokers: 1 or 3 (the paper's testbed had 3).
+        seed: Seed of the packet handler.
+        audit_topic: Topic of the audit snapshots.
+
+    Raises:
+        NetworkError: if not root or the namespace cannot be created.
+        ClusterError: if Kafka does not start.
+    """
+
+    def __init__(
+        self, data_dir: Path, brokers: int = 3, seed: int = 0, audit_topic: str = "__kafka_audit"
+    ) -> None:
+        self.ns = ProducerNamespace(seed=seed)
+        self.audit_topic = audit_topic
+        try:
+            self.cluster = KafkaCluster.create(
+                Path(data_dir) / "kafka", brokers=brokers, broker_host=self.ns.host_ip, heap_mb=512
+            )
+            self.cluster.start()
+        except BaseException:
+            self.ns.close()
+            raise
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``bootstrap.servers`` of the lab's cluster (the veth host address)."""
+        return self.cluster.bootstrap_servers
+
+    @property
+    def kconfig(self) -> dict[str, object]:
+        """Librdkafka connection config for clients in the root namespace."""
+        return {"bootstrap.servers": self.bootstrap_servers}
+
+    def close(self) -> None:
+        """Stop the cluster, then remove the namespace."""
+        try:
+            self.cluster.stop()
+        finally:
+            self.ns.close()
+
+    def __enter__(self) -> Lab:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def topic(self, name: str, partitions: int = 3) -> str:
+        """Create ``name`` (replicated over every broker) unless it exists; return it."""
+        ensure_topic(self.kconfig, name, partitions=partitions)
+        return name
+
+    def delete_topic(self, name: str) -> None:
+        """Delete ``name`` (experiments clean up after themselves; errors are ignored)."""
+        from confluent_kafka.admin import AdminClient
+
+        with contextlib.suppress(Exception):
+            AdminClient(dict(self.kconfig)).delete_topics([name], operation_timeout=10)[name].result(15)
+
+    def apply(self, impairment: Impairment) -> None:
+        """Impair the producer's link from now on (see :meth:`ProducerNamespace.apply`)."""
+        self.ns.apply(impairment)
+
+    def start_producer(self, run: ProducerRun) -> subprocess.Popen[str]:
+        """Start one audited producer process inside the namespace (see :meth:`finish_producer`)."""
+        spec = run.model_copy(update={"bootstrap_servers": self.bootstrap_servers})
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        return self.ns.popen(
+            [sys.executable, "-m", "testbed.producer_process", spec.model_dump_json()],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+
+    @staticmethod
+    def finish_producer(proc: subprocess.Popen[str], timeout_s: float = 600.0) -> ProducerOutcome:
+        """Wait for a producer process; return what it sent.
+
+        Raises:
+            LabError: if it fails or does not finish within ``timeout_s``.
+        """
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            proc.kill()
+            proc.communicate()
+            raise LabError(f"producer process did not finish within {timeout_s:.0f} s") from exc
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            raise LabError(f"producer process failed ({proc.returncode}): {err.strip()[-2000:]}")
+        res: dict[str, Any] = json.loads(lines[-1])
+        return ProducerOutcome(str(res["producer_id"]), int(res["produced"]), float(res["seconds"]))
+
+    def produce(self, run: ProducerRun, timeout_s: float = 600.0) -> ProducerOutcome:
+        """Run one producer process to completion (no ground truth yet; see :meth:`truth`)."""
+        return self.finish_producer(self.start_producer(run), timeout_s)
+
+    def truth(
+        self, topic: str, window_ms: int, outcomes: list[ProducerOutcome], timeout_s: float = 120.0
+    ) -> Verification:
+        """Read ``topic`` in full and fill each outcome's ``received`` and ``unique`` (verifier).
+
+        Retries while the producers' final snapshots are not visible yet.
+
+        Raises:
+            VerifyError: if the topic cannot be verified within ``timeout_s``.
+        """
+        import time
+
+        from testbed.verify import VerifyError
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                v = verify_topic(self.kconfig, topic, window_ms, audit_topic=self.audit_topic)
+                break
+            except VerifyError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+        by_pid = {o.producer_id: o for o in outcomes}
+        for o in outcomes:
+            o.received = o.unique = 0
+        for (_, pid), row in v.rows.items():
+            o = by_pid.get(pid or "")
+            if o is not None:
+                o.received += row.received
+                o.unique += row.unique
+        return v
+
+
+def stop_quietly(proc: subprocess.Popen[Any]) -> None:
+    """Terminate a child process (producer) and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)

@@ -1,0 +1,332 @@
+"""A network namespace for the producer, joined to the brokers' namespace by a veth pair, with impairment.
+
+Topology (one per lab; every namespace is created by the tool)::
+
+    producer ns kaudit-<pid>-<n>-p        router ns kaudit-<pid>-<n>-r              root ns (brokers, audit
+    kap..  10.213.X.2/30  <-- veth -->  krp.. 10.213.X.1/30                         consumer, Spark, verifier)
+                                        krh.. 10.214.X.1/30  <-- veth -->  kah.. 10.214.X.2/30
+                                        FORWARD -i krp.. -> chain KAUDIT:
+                                          -m statistic --mode random -j DROP   (Bernoulli loss)
+                                          or -j NFQUEUE --queue-num 0          (delay, Gilbert-Elliott)
+                                        POSTROUTING -o krh.. -j MASQUERADE
+
+Only the producer's packets towards the brokers are impaired, as NetEm on the producer's interface did in
+the paper's testbed (Sec. V). The impairment sits in a router namespace rather than on the producer's own
+egress because a packet crossing a veth into another namespace is detached from its socket (NetEm does
+the same, ``skb_orphan``): held in the producer's own stack, queued packets would count against TCP
+Small Queues and throttle the producer to a few packets per delay period, which NetEm never does.
+The brokers listen on the root end's address (KafkaCluster ``broker_host``).
+:meth:`ProducerNamespace.close` (also on Ctrl-C) and :func:`cleanup_stale` (namespaces whose owner
+died) delete the namespaces, which removes the veth pairs, the iptables rules and the queue with them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from kafka_audit.errors import KafkaAuditError
+from testbed.impairment import BernoulliLoss, Impairment
+
+PREFIX = "kaudit-"
+CHAIN = "KAUDIT"
+QUEUE = 0
+
+
+class NetworkError(KafkaAuditError):
+    """The testbed network could not be set up, changed or removed; the message says why."""
+
+
+def require_root(what: str = "the testbed network") -> None:
+    """Refuse clearly when not root.
+
+    Raises:
+        NetworkError: if the effective user is not root.
+    """
+    if os.geteuid() != 0:
+        raise NetworkError(
+            f"{what} needs root: it creates network namespaces, veth pairs and iptables rules "
+            "(run as root, e.g. with sudo)"
+        )
+
+
+def _run(cmd: Sequence[str], stdin: str | None = None) -> str:
+    proc = subprocess.run(list(cmd), input=stdin, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise NetworkError(f"`{' '.join(cmd)}` failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def list_namespaces() -> list[str]:
+    """Names of the testbed's network namespaces (``kaudit-<pid>-<n>-p|r``) that exist now."""
+    out = _run(["ip", "netns", "list"])
+    return [line.split()[0] for line in out.splitlines() if line.startswith(PREFIX)]
+
+
+def cleanup_stale() -> list[str]:
+    """Delete testbed namespaces whose owning process has died; return their names."""
+    removed = []
+    for ns in list_namespaces():
+        m = re.fullmatch(rf"{PREFIX}(\d+)-\d+-[pr]", ns)
+        if m and not _pid_alive(int(m.group(1))):
+            with contextlib.suppress(NetworkError):
+                _run(["ip", "netns", "delete", ns])
+                removed.append(ns)
+    return removed
+
+
+class ProducerNamespace:
+    """The producer's namespace, its veth link to the host, and the current impairment.
+
+    Use as a context manager; :meth:`close` is idempotent.
+
+    Args:
+        index: Distinguishes namespaces of one process (0-63); picks the /30 subnet 10.213.<X>.0.
+        seed: Seed of the packet handler's random numbers.
+
+    Raises:
+        NetworkError: if not root, or if ``ip``/``iptables`` fail.
+    """
+
+    def __init__(self, index: int = 0, seed: int = 0) -> None:
+        require_root()
+        cleanup_stale()
+        pid = os.getpid()
+        base = f"{PREFIX}{pid}-{index}"
+        self.name, self.router = f"{base}-p", f"{base}-r"
+        tag = f"{pid % 100000}{index}"
+        self.ns_if, self.rp_if, self.rh_if, self.host_if = (
+            f"{k}{tag}"[:15] for k in ("kap", "krp", "krh", "kah")
+        )
+        octet = (pid * 7 + index) % 250 + 1
+        self.ns_ip, self.router_ns_ip = f"10.213.{octet}.2", f"10.213.{octet}.1"
+        self.router_host_ip, self.host_ip = f"10.214.{octet}.1", f"10.214.{octet}.2"
+        self.seed = seed
+        self.impairment = Impairment()
+        self._handler: subprocess.Popen[str] | None = None
+        self._closed = False
+        try:
+            self._create()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------------------ lifecycle
+    def _create(self) -> None:
+        p, r = self.name, self.router
+        _run(["ip", "netns", "add", p])
+        _run(["ip", "netns", "add", r])
+        _run(
+            [
+                "ip",
+                "link",
+                "add",
+                self.ns_if,
+                "netns",
+                p,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                self.rp_if,
+                "netns",
+                r,
+            ]
+        )
+        _run(["ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.rh_if, "netns", r])
+        _run(["ip", "addr", "add", f"{self.host_ip}/30", "dev", self.host_if])
+        _run(["ip", "link", "set", self.host_if, "up"])
+        for cmd in (
+            ["ip", "addr", "add", f"{self.ns_ip}/30", "dev", self.ns_if],
+            ["ip", "link", "set", self.ns_if, "up"],
+            ["ip", "link", "set", "lo", "up"],
+            ["ip", "route", "add", "default", "via", self.router_ns_ip],
+        ):
+            self.exec_ok(cmd)
+        for cmd in (
+            ["ip", "addr", "add", f"{self.router_ns_ip}/30", "dev", self.rp_if],
+            ["ip", "addr", "add", f"{self.router_host_ip}/30", "dev", self.rh_if],
+            ["ip", "link", "set", self.rp_if, "up"],
+            ["ip", "link", "set", self.rh_if, "up"],
+            ["ip", "link", "set", "lo", "up"],
+            ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"],
+            ["iptables", "-w", "-t", "nat", "-A", "POSTROUTING", "-o", self.rh_if, "-j", "MASQUERADE"],
+            ["iptables", "-w", "-N", CHAIN],
+            ["iptables", "-w", "-A", "FORWARD", "-i", self.rp_if, "-o", self.rh_if, "-j", CHAIN],
+        ):
+            self.router_ok(cmd)
+        # Segmentation offloads would hand the queue 64 KiB super-packets; NetEm on a NIC sees wire packets.
+        for ns, dev in ((p, self.ns_if), (r, self.rp_if), (r, self.rh_if), (None, self.host_if)):
+            cmd = ["ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"]
+            with contextlib.suppress(NetworkError, FileNotFoundError):
+                _run(["ip", "netns", "exec", ns, *cmd] if ns else cmd)
+
+    def close(self) -> None:
+        """Stop the handler and delete both namespaces (which removes the veth pairs and the rules)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop_handler()
+        existing = list_namespaces()
+        for ns in (self.name, self.router):
+            if ns in existing:
+                _run(["ip", "netns", "delete", ns])
+        with contextlib.suppress(NetworkError):  # the root end goes with its peer; make sure
+            _run(["ip", "link", "delete", self.host_if])
+
+    def __enter__(self) -> ProducerNamespace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------ processes
+    def command(self, cmd: Sequence[str]) -> list[str]:
+        """``cmd`` prefixed to run inside the namespace."""
+        return ["ip", "netns", "exec", self.name, *cmd]
+
+    def exec_ok(self, cmd: Sequence[str]) -> str:
+        """Run ``cmd`` in the namespace; return stdout.
+
+        Raises:
+            NetworkError: if it exits non-zero.
+        """
+        return _run(self.command(cmd))
+
+    def router_ok(self, cmd: Sequence[str]) -> str:
+        """Run ``cmd`` in the router namespace; return stdout.
+
+        Raises:
+            NetworkError: if it exits non-zero.
+        """
+        return _run(["ip", "netns", "exec", self.router, *cmd])
+
+    def popen(self, cmd: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
+        """Start ``cmd`` in the namespace (``subprocess.Popen`` keyword arguments pass through)."""
+        return subprocess.Popen(self.command(cmd), **kwargs)
+
+    # ------------------------------------------------------------------------------ impairment
+    def apply(self, impairment: Impairment) -> None:
+        """Impair the producer's packets towards the brokers from now on (traffic may be flowing).
+
+        Bernoulli loss alone is a kernel rule (``-m statistic --mode random``); delay or Gilbert-Elliott
+        loss go through NFQUEUE to the userspace handler, which switches models between two packets.
+        The chain is replaced atomically with ``iptables-restore --noflush``.
+
+        Raises:
+            NetworkError: if the rules or the handler cannot be changed.
+        """
+        if impairment.needs_userspace:
+            self._ensure_handler(impairment)
+            self._control({"impairment": impairment.model_dump(mode="json")})
+            rules = [f"-A {CHAIN} -j NFQUEUE --queue-num {QUEUE}"]
+        else:
+            rules = []
+            if isinstance(impairment.loss, BernoulliLoss) and impairment.loss.percent > 0:
+                prob = impairment.loss.percent / 100.0
+                rules = [f"-A {CHAIN} -m statistic --mode random --probability {prob:.6f} -j DROP"]
+        table = "\n".join(["*filter", f":{CHAIN} - [0:0]", *rules, "COMMIT", ""])
+        _run(["ip", "netns", "exec", self.router, "iptables-restore", "-w", "--noflush"], stdin=table)
+        if not impairment.needs_userspace and self._handler is not None:
+            self._control({"impairment": Impairment().model_dump(mode="json")})
+        self.impairment = impairment
+
+    def handler_stats(self) -> dict[str, int]:
+        """Counters of the packet handler (packets, dropped, delayed, max_held); empty if none runs."""
+        if self._handler is None:
+            return {}
+        return dict(self._control({"stats": True})["stats"])
+
+    def _ensure_handler(self, impairment: Impairment) -> None:
+        if self._handler is not None and self._handler.poll() is None:
+            return
+        cmd = [
+            sys.executable,
+            "-m",
+            "testbed.nfqueue_handler",
+            "--queue",
+            str(QUEUE),
+            "--seed",
+            str(self.seed),
+            "--impairment",
+            impairment.model_dump_json(),
+        ]
+        path = os.pathsep.join(filter(None, [_project_root(), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PYTHONPATH": path}
+        self._handler = subprocess.Popen(
+            ["ip", "netns", "exec", self.router, *cmd],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self._read_reply()
+
+    def _control(self, msg: dict[str, Any]) -> dict[str, Any]:
+        if self._handler is None or self._handler.stdin is None:
+            raise NetworkError("the packet handler is not running")
+        try:
+            self._handler.stdin.write(json.dumps(msg) + "\n")
+            self._handler.stdin.flush()
+        except BrokenPipeError as exc:
+            raise NetworkError(f"the packet handler died: {self._handler_error()}") from exc
+        reply = self._read_reply()
+        if not reply.get("ok"):
+            raise NetworkError(f"the packet handler refused {msg}: {reply.get('error')}")
+        return reply
+
+    def _read_reply(self) -> dict[str, Any]:
+        assert self._handler is not None and self._handler.stdout is not None
+        line = self._handler.stdout.readline()
+        if not line:
+            raise NetworkError(f"the packet handler exited: {self._handler_error()}")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def _handler_error(self) -> str:
+        h = self._handler
+        if h is None:
+            return "not started"
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            h.wait(2)
+        err: IO[str] | None = h.stderr
+        text = err.read() if err is not None and h.poll() is not None else ""
+        return (text or f"exit code {h.poll()}").strip()[-2000:]
+
+    def _stop_handler(self) -> None:
+        h, self._handler = self._handler, None
+        if h is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            if h.stdin is not None:
+                h.stdin.close()
+        try:
+            h.wait(5)
+        except subprocess.TimeoutExpired:
+            h.kill()
+            h.wait(5)
+        for stream in (h.stdout, h.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _project_root() -> str:
+    return str(Path(__file__).resolve().parent.parent)
