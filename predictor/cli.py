@@ -14,8 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kafka_audit.errors import KafkaAuditError
-
-SHARED_CSV = Path("/work/shared/data/wu2020/experiments.csv")
+from predictor import SHARED_DATA as SHARED_CSV
 
 predictor_app = typer.Typer(
     help=(
@@ -36,7 +35,8 @@ DataFiles = Annotated[
     list[Path] | None,
     typer.Option(
         "--data",
-        help=f"Experiment CSV(s) in the experiments.csv format (repeat the flag); default {SHARED_CSV}.",
+        help=f"Experiment CSV in the experiments.csv format; repeat for more (--data a.csv --data b.csv). "
+        f"Default {SHARED_CSV}.",
     ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
@@ -85,7 +85,7 @@ def _metrics_table(title: str, m: dict[str, Any]) -> Table:
         "coverage 90% P_d",
         "throughput rel. err",
     ):
-        table.add_column(col, justify="left" if col == "family" else "right")
+        table.add_column(col, justify="left" if col == "family" else "right", no_wrap=col == "family")
 
     def row(name: str, b: dict[str, Any]) -> None:
         tp = b.get("median_rel_error_throughput")
@@ -120,6 +120,12 @@ def train_cmd(
     threads: Annotated[
         int, typer.Option(help="torch CPU threads (results are reproducible per count).", min=1)
     ] = 1,
+    baseline: Annotated[
+        bool,
+        typer.Option(
+            "--baseline", help="Also train the paper's ANN on the same split; its metrics go in the card."
+        ),
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
     """Train on the non-held-back ~80% of --data; write weights + JSON card (data sha256, split, metrics)."""
@@ -153,6 +159,7 @@ def train_cmd(
                 seed,
                 lambda done, total: bar.update(task, completed=done, total=total),
                 threads,
+                baseline=baseline,
             )
         model.save(out)
     except KafkaAuditError as exc:
@@ -168,7 +175,11 @@ def train_cmd(
     console.print(
         _metrics_table(f"held-back split ({card['split']['n_heldout']} rows)", card["metrics"]["heldout"])
     )
-    console.print(f"wrote {out}/model.pt and card.json in {card['training_seconds']} s")
+    if "paper_baseline_heldout" in card["metrics"]:
+        console.print(
+            _metrics_table("paper baseline (same split)", card["metrics"]["paper_baseline_heldout"])
+        )
+    console.print(f"wrote {out}/model.pt and card.json; training took {card['training_seconds']} s")
 
 
 @predictor_app.command("evaluate")

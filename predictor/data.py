@@ -14,10 +14,8 @@ import numpy as np
 import pandas as pd
 
 from kafka_audit.errors import ConfigError
+from predictor import SHARED_DATA as SHARED_DATA
 from predictor.features import FEATURES, validate_frame
-
-SHARED_DATA = Path("/work/shared/data/wu2020/experiments.csv")
-"""The shared measurements the default model is trained on (paper Sec. III-F, ~80% of the published rows)."""
 
 TARGETS: tuple[str, ...] = ("p_loss", "p_dup")
 HELDOUT_PERCENT = 20
@@ -64,7 +62,7 @@ def load(paths: Sequence[Path]) -> pd.DataFrame:
         if df.empty:
             raise ConfigError(f"--data {path}: no rows")
         try:
-            out = validate_frame(df)
+            out = pd.DataFrame(validate_frame(df), columns=list(FEATURES))
         except ConfigError as exc:
             raise ConfigError(f"--data {path}: {exc}") from exc
         for t in TARGETS:

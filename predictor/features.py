@@ -101,31 +101,53 @@ def acks_number(acks: Any) -> int:
     raise ConfigError(f"acks={acks!r}: allowed values are 0, 1, all, -1")
 
 
-def validate_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """Check that ``frame`` has every feature column with values in range; return the (n, 7) float copy.
+_LO = np.array([ALLOWED[f][0] for f in FEATURES])
+_HI = np.array([ALLOWED[f][1] for f in FEATURES])
+
+
+def feature_matrix(frame: pd.DataFrame) -> np.ndarray:
+    """Return the feature columns of ``frame`` as a float64 array (n, 7); non-numbers become NaN.
 
     Raises:
-        ConfigError: naming the first missing column, or the column and first row index out of range.
+        ConfigError: if a feature column is missing.
     """
     missing = [c for c in FEATURES if c not in frame.columns]
     if missing:
         raise ConfigError(f"input is missing feature column(s) {missing}; required: {list(FEATURES)}")
-    out = pd.DataFrame(index=frame.index)
-    for name in FEATURES:
-        col = pd.to_numeric(frame[name], errors="coerce").astype("float64")
-        lo, hi = ALLOWED[name]
-        bad = ~np.isfinite(col) | (col < lo) | (col > hi)
-        if name == "acks":
-            bad |= ~col.isin((0.0, 1.0))
-        if bad.any():
-            idx = bad.idxmax()
-            check_value(name, frame.at[idx, name], f"{name} (row {idx!r})")
-        out[name] = col
-    return out
+    try:
+        return frame.loc[:, list(FEATURES)].to_numpy(dtype=np.float64)
+    except (TypeError, ValueError):
+        return np.stack(
+            [pd.to_numeric(frame[c], errors="coerce").to_numpy(dtype=np.float64) for c in FEATURES], 1
+        )
 
 
-def transform(frame: pd.DataFrame) -> np.ndarray:
-    """Scale validated features for the improved model (before standardisation).
+def valid_rows(x: np.ndarray) -> np.ndarray:
+    """Return a bool array (n,): True for feature-matrix (n, 7) rows with every value in :data:`ALLOWED`."""
+    with np.errstate(invalid="ignore"):
+        ok = np.all((x >= _LO) & (x <= _HI), axis=1)
+    return ok & ((x[:, 0] == 0.0) | (x[:, 0] == 1.0))
+
+
+def validate_frame(frame: pd.DataFrame) -> np.ndarray:
+    """Check that ``frame`` has every feature column with values in range; return the (n, 7) float64 matrix.
+
+    Raises:
+        ConfigError: naming the first missing column, or the first out-of-range column, row and range.
+    """
+    x = feature_matrix(frame)
+    ok = valid_rows(x)
+    if not ok.all():
+        pos = int(np.flatnonzero(~ok)[0])
+        where = f"row {frame.index[pos]!r}"
+        for name in FEATURES:
+            check_value(name, frame[name].iloc[pos], f"{name} ({where})")
+        raise ConfigError(f"{where}: a feature is not a number: {dict(zip(FEATURES, x[pos], strict=True))}")
+    return x
+
+
+def transform(x: np.ndarray) -> np.ndarray:
+    """Scale a validated feature matrix (n, 7) for the improved model (before standardisation).
 
     Log transforms follow the measured curves (P_l falls roughly with log M, log B, log T_o; Fig. 4-7):
     acks as 0/1, L as a fraction, log1p(D), log(M), log(B), log(T_o) (0 = infinite -> 2^31-1 ms),
@@ -134,23 +156,22 @@ def transform(frame: pd.DataFrame) -> np.ndarray:
     Returns:
         float32 array of shape (n, 7), columns in :data:`FEATURES` order.
     """
-    f = frame
-    timeout = f["message_timeout_ms"].where(f["message_timeout_ms"] > 0, INFINITE_TIMEOUT_MS)
+    timeout = np.where(x[:, 5] > 0, x[:, 5], INFINITE_TIMEOUT_MS)
     cols = [
-        f["acks"].to_numpy(),
-        f["packet_loss_pct"].to_numpy() / 100.0,
-        np.log1p(f["delay_ms"].to_numpy()),
-        np.log(f["message_size_bytes"].to_numpy()),
-        np.log(f["batch_size"].to_numpy()),
-        np.log(timeout.to_numpy()),
-        np.log1p(f["poll_interval_ms"].to_numpy()),
+        x[:, 0],
+        x[:, 1] / 100.0,
+        np.log1p(x[:, 2]),
+        np.log(x[:, 3]),
+        np.log(x[:, 4]),
+        np.log(timeout),
+        np.log1p(x[:, 6]),
     ]
     return np.stack(cols, axis=1).astype(np.float32)
 
 
-def raw(frame: pd.DataFrame) -> np.ndarray:
-    """Return the unscaled features (the paper baseline min-max scales these), shape (n, 7), float32."""
-    return frame.loc[:, list(FEATURES)].to_numpy(dtype=np.float32)
+def raw(x: np.ndarray) -> np.ndarray:
+    """Return the unscaled feature matrix (the paper baseline min-max scales it), shape (n, 7), float32."""
+    return np.asarray(x, dtype=np.float32)
 
 
 def settings_frame(settings: Mapping[str, Any]) -> pd.DataFrame:

@@ -17,7 +17,7 @@ from predictor import data as data_mod
 from predictor.evaluate import metrics
 from predictor.features import FEATURES, UNITS
 from predictor.model import Predictor
-from predictor.nets import ModelSpec
+from predictor.nets import PAPER_SPEC, ModelSpec
 from predictor.train import COVERAGE, Progress, fit
 
 CARD_FORMAT = 1
@@ -41,11 +41,14 @@ def train_model(
     seed: int = DEFAULT_SEED,
     progress: Progress | None = None,
     threads: int = 1,
+    baseline: bool = False,
 ) -> Predictor:
     """Train on the non-held-back rows of ``paths`` and return the model with its card.
 
     The held-back rows (:data:`predictor.data.SPLIT_RULE`, ~20% of settings) are only used for the card's
-    ``metrics.heldout``. Deterministic for equal data, spec, seed and ``threads``.
+    ``metrics.heldout``. Deterministic for equal data, spec, seed and ``threads``. With ``baseline``, the
+    paper's ANN (:data:`~predictor.nets.PAPER_SPEC`) is trained on the same rows and its held-back metrics
+    are stored as ``metrics.paper_baseline_heldout`` (the shipped weights are the improved model's).
 
     Raises:
         ConfigError: if the data cannot be read or leaves no training or held-back rows.
@@ -106,6 +109,10 @@ def train_model(
         "heldout": metrics(model.predict(test), test),
         "out_of_fold_train": {k: v for k, v in metrics(oof, train).items() if k != "families"},
     }
+    if baseline:
+        paper = fit(train, PAPER_SPEC, seed, progress)
+        card["metrics"]["paper_baseline_heldout"] = metrics(Predictor(paper.model, {}).predict(test), test)
+        card["paper_baseline_spec"] = PAPER_SPEC.to_json()
     return model
 
 

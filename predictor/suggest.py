@@ -29,6 +29,8 @@ BATCH_STEPS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 TIMEOUT_STEPS_MS = (500, 1000, 1500, 2000, 3000, 4000, 5000, 7000)
 POLL_STEPS_MS = (0, 10, 20, 30, 40, 50, 60, 70, 80, 90)
 MAX_PRODUCERS = 8
+GAMMA_SLACK = 0.02
+"""When no configuration meets the target, take the smallest change whose gamma is this close to the best."""
 """Search grid: the measured ranges of the training data (the model does not extrapolate beyond them)."""
 
 _CONFIG_KEYS = {
@@ -36,6 +38,7 @@ _CONFIG_KEYS = {
     "request.required.acks": "acks",
     "batch.num.messages": "batch_size",
     "batch_size": "batch_size",
+    "batch_num_messages": "batch_size",
     "message.timeout.ms": "message_timeout_ms",
     "delivery.timeout.ms": "message_timeout_ms",
     "message_timeout_ms": "message_timeout_ms",
@@ -101,7 +104,7 @@ def _current(config: Mapping[str, Any], network: Mapping[str, Any]) -> tuple[dic
     """Merge config and network into feature values + producers; return them and the arrival rate."""
     cur: dict[str, Any] = {"poll_interval_ms": 0.0, "producers": 1}
     for key, value in config.items():
-        if key not in _CONFIG_KEYS:
+        if key not in _CONFIG_KEYS or value is None:
             continue
         cur[_CONFIG_KEYS[key]] = value
     for key in _NETWORK_KEYS:
@@ -174,8 +177,8 @@ def suggest(
 
     Returns:
         ``None`` if the current configuration already meets the target or no change raises gamma;
-        otherwise the smallest change meeting the target, or (``meets_target=False``) the change with
-        the highest predicted gamma.
+        otherwise the smallest change meeting the target, or (``meets_target=False``) the smallest
+        change whose predicted gamma is within :data:`GAMMA_SLACK` of the highest found.
 
     Raises:
         ConfigError: if a value is missing or out of range, or the target is not in (0, 1].
@@ -229,9 +232,13 @@ def suggest(
         order = np.lexsort((-gam[meets], steps[meets], n_changed[meets]))
         idx = np.argwhere(meets)[order[0]]
     else:
-        idx = np.unravel_index(int(np.argmax(gam)), gam.shape)
-        if gam[idx] <= g_cur + 1e-9:
+        best = float(gam.max())
+        if best <= g_cur + 1e-9:
             return None
+        # target out of reach: the smallest change within GAMMA_SLACK of the best predicted gamma
+        near = gam >= best - GAMMA_SLACK
+        order = np.lexsort((-gam[near], steps[near], n_changed[near]))
+        idx = np.argwhere(near)[order[0]]
     i, j = int(idx[0]), int(idx[1])
     after = Predicted(float(p_l[i]), float(p_d[i]), float(gam[i, j]))
     new = {k: float(grid.at[i, k]) for k in axes} | {"producers": float(n_prod[j])}

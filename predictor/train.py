@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 
 from predictor.data import settings_key
-from predictor.features import raw, transform
+from predictor.features import feature_matrix, raw, transform
 from predictor.nets import DUP_SCALE, QUANTILES, Ensemble, Member, ModelSpec
 
 COVERAGE = 0.90
@@ -41,9 +41,17 @@ class FitResult:
     oof: pd.DataFrame
 
 
-def features_for(spec: ModelSpec, frame: pd.DataFrame) -> np.ndarray:
-    """Pre-scaled features for ``spec.arch`` (log transforms for improved, raw for paper), (n, 7)."""
-    return raw(frame) if spec.arch == "paper" else transform(frame)
+def features_for(spec: ModelSpec, x: np.ndarray | pd.DataFrame) -> np.ndarray:
+    """Pre-scaled features for ``spec.arch`` (log transforms for improved, raw for paper), float32 (n, 7).
+
+    Args:
+        spec: The model spec.
+        x: Validated feature matrix (n, 7) in :data:`~predictor.features.FEATURES` order, or a frame with
+            those columns.
+    """
+    if isinstance(x, pd.DataFrame):
+        x = feature_matrix(x)
+    return raw(x) if spec.arch == "paper" else transform(x)
 
 
 def _folds(frame: pd.DataFrame, k: int, seed: int) -> np.ndarray:

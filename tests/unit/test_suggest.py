@@ -1,0 +1,93 @@
+import json
+import re
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from kafka_audit.cli import app
+from kafka_audit.errors import ConfigError
+from predictor.kpi import Weights
+from predictor.model import default_predictor
+from predictor.suggest import KNOB_NAMES, suggest
+
+HIGH_LOSS_CONFIG = {"acks": "1", "batch.num.messages": 1, "message.timeout.ms": 2000}
+HIGH_LOSS_NET = {"packet_loss_pct": 10.0, "delay_ms": 30.0, "message_size_bytes": 100}
+EXPLANATION = re.compile(r"^(\w+ [\w.]+ [\d.]+ -> [\d.]+, )*\w+ [\w.]+ [\d.]+ -> [\d.]+: predicted P_l [\d.]+ -> [\d.]+, "
+                         r"gamma [\d.]+ -> [\d.]+")
+
+
+def test_high_loss_case_gets_a_change_that_raises_gamma():
+    config = dict(HIGH_LOSS_CONFIG)
+    s = suggest(config, HIGH_LOSS_NET, 0.9, Weights.preset("weblog"), default_predictor())
+    assert config == HIGH_LOSS_CONFIG  # caller's dict untouched
+    assert s is not None and s.meets_target
+    before_pl, _, before_gamma = s.predicted_before
+    assert before_pl > 0.5 and before_gamma < 0.9
+    assert s.predicted_after.gamma >= 0.9 > s.predicted_before.gamma
+    assert s.predicted_after.p_loss < before_pl - 0.4
+    assert set(s.changes) <= set(KNOB_NAMES.values())
+    assert EXPLANATION.match(s.explanation), s.explanation
+    # the predicted P_l after is what the model says for the changed configuration
+    row = {"acks": 1, "batch_size": 1, "message_timeout_ms": 2000, "poll_interval_ms": 0, **HIGH_LOSS_NET}
+    row.update({"batch_size": s.changes.get("batch.num.messages", 1), "acks": s.changes.get("acks", 1),
+                "message_timeout_ms": s.changes.get("message.timeout.ms", 2000),
+                "poll_interval_ms": s.changes.get("poll_interval_ms", 0)})
+    again = default_predictor().predict(pd.DataFrame([row]))
+    assert again["p_loss"].iloc[0] == pytest.approx(s.predicted_after.p_loss)
+
+
+def test_smallest_change_is_one_parameter_when_one_suffices():
+    s = suggest(HIGH_LOSS_CONFIG, HIGH_LOSS_NET, 0.8)
+    assert s is not None and s.meets_target
+    assert len(s.changes) == 1
+
+
+def test_no_suggestion_when_the_network_is_good():
+    net = {**HIGH_LOSS_NET, "packet_loss_pct": 0.0}
+    assert suggest(HIGH_LOSS_CONFIG, net, 0.9) is None
+
+
+def test_unreachable_target_returns_the_best_improvement():
+    net = {**HIGH_LOSS_NET, "packet_loss_pct": 25.0}
+    s = suggest(HIGH_LOSS_CONFIG, net, 0.99)
+    assert s is not None and not s.meets_target
+    assert s.predicted_after.gamma > s.predicted_before.gamma
+    assert "not reachable" in s.explanation
+
+
+def test_arrival_rate_above_capacity_suggests_scaling():
+    # producers cannot keep up with the stream: more producers raise mu and phi
+    net = {"packet_loss_pct": 0.0, "delay_ms": 30.0, "message_size_bytes": 100,
+           "arrival_rate_msgs_per_s": 20_000.0}
+    s = suggest({"acks": 1, "batch.num.messages": 1, "message.timeout.ms": 5000}, net, 0.9)
+    assert s is not None
+    assert s.changes.get("producers", 1) > 1
+    assert s.details["after"]["mu"] > s.details["before"]["mu"]
+
+
+@pytest.mark.parametrize(
+    ("config", "network", "target", "needle"),
+    [
+        ({"acks": 1, "batch.num.messages": 1}, HIGH_LOSS_NET, 0.9, "message.timeout.ms"),
+        ({**HIGH_LOSS_CONFIG, "acks": "2"}, HIGH_LOSS_NET, 0.9, "acks"),
+        (HIGH_LOSS_CONFIG, {**HIGH_LOSS_NET, "packet_loss_pct": 101}, 0.9, "packet_loss_pct"),
+        (HIGH_LOSS_CONFIG, HIGH_LOSS_NET, 0.0, "target"),
+        ({**HIGH_LOSS_CONFIG, "producers": 0}, HIGH_LOSS_NET, 0.9, "producers"),
+    ],
+)
+def test_bad_input_is_a_clear_error(config, network, target, needle):
+    with pytest.raises(ConfigError, match=needle):
+        suggest(config, network, target)
+
+
+def test_suggest_cli_text_and_json():
+    args = ["suggest", "--acks", "1", "--batch-size", "1", "--packet-loss-pct", "10", "--message-timeout-ms", "2000",
+            "--target", "0.9", "--stream", "weblog"]
+    text = CliRunner().invoke(app, args)
+    assert text.exit_code == 0, text.output
+    assert "batch.num.messages" in text.output and "gamma" in text.output
+    out = json.loads(CliRunner().invoke(app, [*args, "--json"]).output)
+    assert out["meets_target"] is True
+    assert out["predicted_after"]["gamma"] >= 0.9
+    assert out["explanation"].startswith(("raise", "lower", "set", "scale"))
