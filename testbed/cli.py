@@ -180,6 +180,104 @@ def grid(
     console.print(f"grid {spec.name}: {spec.size} experiments in {out}")
 
 
+@testbed_app.command("run")
+def run(
+    scenario: Annotated[str, typer.Argument(help="Scenario YAML, or a shipped one: weblog, social, game.")],
+    variant: Annotated[
+        str, typer.Option(help="Producer configuration variant: default, tuned, ...")
+    ] = "default",
+    out: Annotated[Path, typer.Option(help="Results directory (stages.json, windows.csv).")] = Path(
+        "var/testbed/results"
+    ),
+    spark: Annotated[bool, typer.Option(help="Also run the Spark reconciliation job and compare it.")] = True,
+    brokers: Annotated[int, typer.Option(help="Kafka brokers (the paper: 3).")] = 3,
+    data_dir: Annotated[Path, typer.Option(help="Work directory (cluster, Spark checkpoint).")] = Path(
+        "var/testbed/run"
+    ),
+) -> None:
+    """Run a scenario: impaired audited producers, audit consumer, Spark job; compare with the verifier."""
+    import shutil
+
+    from testbed.lab import Lab
+    from testbed.run import run_scenario
+    from testbed.scenario import load_scenario
+
+    try:
+        sc = load_scenario(scenario)
+        for stage in sc.stages:
+            sc.stage_config(stage, variant)
+    except KafkaAuditError as exc:
+        raise _fail(exc) from exc
+    _interrupt_as_exception()
+    shutil.rmtree(data_dir, ignore_errors=True)
+    try:
+        with console.status("starting the producer namespace and Kafka ..."):
+            lab = Lab(data_dir, brokers=brokers)
+        with lab:
+            result = run_scenario(sc, lab, variant, spark=spark, work_dir=data_dir, log=console.log)
+    except KeyboardInterrupt:
+        err_console.print("interrupted; the namespaces and the cluster were removed")
+        raise typer.Exit(130) from None
+    except KafkaAuditError as exc:
+        raise _fail(exc) from exc
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    result.write(out)
+    table = Table(title=f"scenario {sc.name} ({variant}): per stage, ground truth")
+    for col in ("stage", "network", "acks", "B", "T_o ms", "sent", "unique", "R_l", "R_d"):
+        table.add_column(col, justify="left" if col in ("stage", "network") else "right")
+    for s in result.stages:
+        table.add_row(
+            s.name,
+            s.network,
+            str(s.config.get("acks", "")),
+            str(s.config.get("batch.num.messages", "")),
+            str(s.config.get("message.timeout.ms", "")),
+            f"{s.sent:,}",
+            f"{s.unique:,}",
+            f"{s.loss_rate:.4%}",
+            f"{s.duplicate_rate:.4%}",
+        )
+    console.print(table)
+    if spark:
+        exact = sum(w.exact for w in result.windows)
+        console.print(
+            f"audit pipeline vs verifier: {exact}/{len(result.windows)} windows with equal R_l and R_d"
+        )
+    console.print(f"results in {out}/stages.json and {out}/windows.csv")
+
+
+@testbed_app.command("plot")
+def plot(
+    data: Annotated[
+        list[Path] | None, typer.Option("--data", help="Experiment CSV(s) of ours (repeatable).")
+    ] = None,
+    paper: Annotated[Path | None, typer.Option(help="The paper's experiments.csv.")] = Path(
+        "../shared/data/wu2020/experiments.csv"
+    ),
+    out: Annotated[Path, typer.Option(help="Output directory for fig4.png ... fig8.png.")] = Path(
+        "docs/figures"
+    ),
+) -> None:
+    """Draw the paper's Figs. 4-8 from experiment CSVs, the paper's data and ours side by side."""
+    import pandas as pd
+
+    from testbed.plots import draw, read_csv
+
+    sources = {}
+    try:
+        if paper is not None and paper.exists():
+            sources["paper (Wu et al. 2020)"] = read_csv(paper)
+        if data:
+            sources["kafka-audit testbed"] = pd.concat([read_csv(p) for p in data], ignore_index=True)
+    except KafkaAuditError as exc:
+        raise _fail(exc) from exc
+    if not sources:
+        raise _fail(KafkaAuditError("no data: give --data CSV and/or --paper CSV"))
+    for path in draw(sources, out):
+        console.print(f"wrote {path}")
+
+
 @testbed_app.command("cleanup")
 def cleanup() -> None:
     """Delete testbed namespaces left behind by processes that died (needs root)."""

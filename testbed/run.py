@@ -1,0 +1,284 @@
+"""Run a scenario in the lab: impaired producers, the audit pipeline, and the verifier's ground truth.
+
+``kafka-audit testbed run SCENARIO`` = :func:`run_scenario`: start the lab (3 brokers), the exactly-once
+audit consumer and (unless disabled) the Spark reconciliation job in the root namespace; run the
+scenario's stages (one producer process per stage in the impaired namespace); then wait until every
+window of the load is final and compare, window by window, the audit pipeline's R_l and R_d with the
+verifier's (which reads every message's stamp). Results: ``stages.json`` (per stage: configuration,
+network, sent / unique / duplicated from the verifier, R_l, R_d) and ``windows.csv`` (per window:
+audit pipeline vs verifier) in the output directory.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kafka_audit.errors import KafkaAuditError
+from testbed.lab import Lab, ProducerOutcome
+from testbed.producer_process import ProducerRun
+from testbed.scenario import Scenario
+from testbed.verify import totals_by_window
+
+CLUSTER = "testbed"
+
+
+@dataclass
+class StageResult:
+    """One stage's outcome (ground truth from the verifier).
+
+    Attributes:
+        name: Stage name.
+        network: NetEm-like description of the impairment.
+        config: librdkafka properties of the stage's producer.
+        producer_id: The stage producer's audit id.
+        sent, unique, received, duplicated, lost: Messages (verifier).
+        loss_rate: R_l, fraction. duplicate_rate: R_d, fraction.
+        seconds: Producer wall time, s.
+    """
+
+    name: str
+    network: str
+    config: dict[str, Any]
+    producer_id: str
+    sent: int
+    received: int
+    unique: int
+    duplicated: int
+    lost: int
+    loss_rate: float
+    duplicate_rate: float
+    seconds: float
+
+
+@dataclass
+class WindowComparison:
+    """One window: the audit pipeline's numbers next to the verifier's.
+
+    Attributes:
+        window_start_ms: Window start (epoch ms).
+        sent: Messages the producers sent in the window (their audit snapshots).
+        truth_loss_rate, truth_duplicate_rate: Verifier's R_l, R_d (fractions).
+        audit_loss_rate, audit_duplicate_rate: Spark job's final R_l, R_d (None without Spark).
+        p_loss: Predicted P_l of the final window, if the job predicted one.
+        gamma_actual: KPI gamma from R_l, R_d, if the job computed it.
+    """
+
+    window_start_ms: int
+    sent: int
+    truth_loss_rate: float
+    truth_duplicate_rate: float
+    audit_loss_rate: float | None = None
+    audit_duplicate_rate: float | None = None
+    p_loss: float | None = None
+    gamma_actual: float | None = None
+
+    @property
+    def exact(self) -> bool:
+        """True if the audit pipeline's R_l and R_d equal the verifier's exactly."""
+        return (self.audit_loss_rate, self.audit_duplicate_rate) == (
+            self.truth_loss_rate,
+            self.truth_duplicate_rate,
+        )
+
+
+@dataclass
+class ScenarioResult:
+    """Everything a scenario run produced."""
+
+    scenario: str
+    variant: str
+    topic: str
+    stages: list[StageResult] = field(default_factory=list)
+    windows: list[WindowComparison] = field(default_factory=list)
+
+    def write(self, out_dir: Path) -> None:
+        """Write ``stages.json`` and ``windows.csv`` into ``out_dir``."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "stages.json").write_text(
+            json.dumps(
+                {
+                    "scenario": self.scenario,
+                    "variant": self.variant,
+                    "topic": self.topic,
+                    "stages": [asdict(s) for s in self.stages],
+                },
+                indent=2,
+            )
+        )
+        with (out_dir / "windows.csv").open("w", newline="") as f:
+            names = [*WindowComparison.__dataclass_fields__, "exact"]
+            w = csv.DictWriter(f, fieldnames=names)
+            w.writeheader()
+            for row in self.windows:
+                w.writerow({**asdict(row), "exact": row.exact})
+
+
+def run_scenario(
+    scenario: Scenario,
+    lab: Lab,
+    variant: str = "default",
+    spark: bool = True,
+    work_dir: Path = Path("var/testbed/run"),
+    log: Callable[[str], None] = print,
+    final_timeout_s: float = 300.0,
+) -> ScenarioResult:
+    """Run ``scenario`` in ``lab`` and compare the audit pipeline with the verifier.
+
+    Args:
+        scenario: The scenario.
+        lab: Namespace + cluster.
+        variant: Producer configuration variant (``default`` or a key of ``scenario.variants``).
+        spark: Also run the Spark reconciliation job and compare its final windows.
+        work_dir: Spark checkpoint and Parquet directory.
+        log: Progress messages.
+        final_timeout_s: Deadline for every window to be final after the load, s.
+
+    Raises:
+        ConfigError: for an unknown variant.
+        LabError, NetworkError, VerifyError: if a part fails.
+    """
+    from audit_consumer.consumer import AuditConsumer
+    from audit_consumer.settings import AuditConsumerSettings
+
+    topic = lab.topic(scenario.topic)
+    for stage in scenario.stages:  # validate every stage before starting anything
+        scenario.stage_config(stage, variant)
+    stop = threading.Event()
+    grace_ms = max(2_000, scenario.window_ms // 2)
+    consumer = AuditConsumer(
+        AuditConsumerSettings(
+            cluster=CLUSTER,
+            topics=[topic],
+            bootstrap_servers=lab.bootstrap_servers,
+            window_ms=scenario.window_ms,
+            grace_ms=grace_ms,
+            audit_topic=lab.audit_topic,
+            instance_id=f"testbed-{scenario.name}",
+        )
+    )
+    consumer_thread = threading.Thread(target=consumer.run, args=(stop,), name="audit-consumer", daemon=True)
+    consumer_thread.start()
+    job = None
+    finals: dict[tuple[str, int, str], dict[str, Any]] = {}
+    if spark:
+        job = _start_job(lab, scenario, work_dir, finals)
+        log("Spark reconciliation job running")
+    result = ScenarioResult(scenario.name, variant, topic)
+    try:
+        outcomes = _run_stages(scenario, lab, topic, variant, log)
+        log("load done; waiting for the verifier's ground truth")
+        truth = lab.truth(topic, scenario.window_ms, [o for o, _, _ in outcomes], timeout_s=final_timeout_s)
+        for (o, stage_name, config), stage in zip(outcomes, scenario.stages, strict=True):
+            result.stages.append(
+                StageResult(
+                    stage_name,
+                    stage.network.describe(),
+                    config,
+                    o.producer_id,
+                    o.sent,
+                    o.received,
+                    o.unique,
+                    o.duplicated,
+                    o.lost,
+                    o.p_loss,
+                    o.p_dup,
+                    round(o.seconds, 3),
+                )
+            )
+        windows = {start: t for start, t in totals_by_window(truth).items() if t.get("sent", 0) > 0}
+        if job is not None:
+            log(f"waiting for {len(windows)} final window(s) from the Spark job")
+            deadline = time.monotonic() + final_timeout_s
+            want = {(topic, start, f"cluster:{CLUSTER}") for start in windows}
+            while not want <= set(finals):
+                if job.exception() is not None:
+                    raise KafkaAuditError(f"the Spark job failed: {job.exception()}")
+                if time.monotonic() > deadline:
+                    missing = sorted(w for _, w, _ in want - set(finals))
+                    raise KafkaAuditError(f"windows not final within {final_timeout_s:.0f} s: {missing}")
+                time.sleep(0.5)
+        for start, t in sorted(windows.items()):
+            sent, unique, dup = t["sent"], t["unique"], t["duplicated"]
+            row = finals.get((topic, start, f"cluster:{CLUSTER}"), {})
+            result.windows.append(
+                WindowComparison(
+                    start,
+                    sent,
+                    max(0, sent - unique) / sent,
+                    dup / sent,
+                    row.get("loss_rate"),
+                    row.get("duplicate_rate"),
+                    row.get("p_loss"),
+                    row.get("gamma_actual"),
+                )
+            )
+    finally:
+        stop.set()
+        if job is not None:
+            job.stop()
+            if job.spark is not None:
+                job.spark.stop()
+        consumer_thread.join(60)
+    return result
+
+
+def _start_job(
+    lab: Lab, scenario: Scenario, work_dir: Path, finals: dict[tuple[str, int, str], dict[str, Any]]
+) -> Any:
+    from spark_streaming.job import ReconciliationJob
+    from spark_streaming.settings import SparkJobSettings
+
+    def on_results(_batch: int, rows: list[dict[str, Any]]) -> None:
+        for r in rows:
+            if r["state"] == "final":
+                finals[(r["topic"], r["window_start_ms"], r["tier"])] = r
+
+    s = SparkJobSettings(
+        bootstrap_servers=lab.bootstrap_servers,
+        audit_topic=lab.audit_topic,
+        clusters=[CLUSTER],
+        trigger_ms=2_000,
+        watermark_delay_ms=2_000,
+        grace_ms=max(8_000, scenario.window_ms),
+        heartbeat_ms=1_000,
+        metrics_port=0,
+        checkpoint_dir=work_dir / "spark" / "checkpoint",
+        parquet_dir=work_dir / "spark" / "results",
+    )
+    job = ReconciliationJob(s, listeners=[on_results])
+    job.start()
+    return job
+
+
+def _run_stages(
+    scenario: Scenario, lab: Lab, topic: str, variant: str, log: Callable[[str], None]
+) -> list[tuple[ProducerOutcome, str, dict[str, Any]]]:
+    procs = []
+    for i, stage in enumerate(scenario.stages):
+        lab.apply(stage.network)  # the previous stage's producer may still be flushing: traffic flows
+        config = scenario.stage_config(stage, variant)
+        wl = scenario.stage_workload(stage)
+        log(f"stage {i + 1}/{len(scenario.stages)} {stage.name!r}: {stage.network.describe()}; {config}")
+        run = ProducerRun(
+            bootstrap_servers=lab.bootstrap_servers,
+            topic=topic,
+            config=config,
+            profile=wl.profile,
+            message_bytes=wl.message_bytes,
+            poll_interval_ms=wl.poll_interval_ms,
+            duration_s=stage.duration_s,
+            window_ms=scenario.window_ms,
+            client_id=f"testbed-{scenario.name}-{i}",
+            seed=i,
+        )
+        proc = lab.start_producer(run)
+        procs.append((proc, stage.name, config))
+        time.sleep(stage.duration_s)  # the stage's wall-clock length: the producer sends for this long
+    return [(Lab.finish_producer(p), name, cfg) for p, name, cfg in procs]
