@@ -378,3 +378,16 @@ def test_cli_push_ok(grafana, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "kafka-audit-completeness" in result.output and GOOD not in result.output
     assert len(state["dashboards"]) == 2
+
+
+def test_json_decodes_with_the_sdk_grafana_schema(models):
+    """The written JSON reads back through grafana-foundation-sdk's Grafana 11.6 dashboard model."""
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.cog.plugins import register_default_plugins
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    register_default_plugins()
+    for model in models.values():
+        back = json.loads(JSONEncoder().encode(Dashboard.from_json(model)))
+        assert [p["title"] for p in back["panels"]] == [p["title"] for p in model["panels"]]
+        assert [q.expr for q in iter_queries(back)] == [q.expr for q in iter_queries(model)]
