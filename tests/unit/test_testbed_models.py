@@ -1,0 +1,133 @@
+"""Pure testbed logic: loss and delay models, grids, scenarios, the CSV format, the root check."""
+
+from __future__ import annotations
+
+import csv
+import random
+import statistics
+from pathlib import Path
+
+import pytest
+
+from kafka_audit.errors import ConfigError
+from testbed import netns
+from testbed.grid import CSV_COLUMNS, GridSpec, append_row, csv_row, done_keys, load_grid, point_key
+from testbed.impairment import BernoulliLoss, Delay, GilbertElliottLoss, Impairment, LossProcess
+from testbed.scenario import load_scenario, shipped_scenarios
+
+SHARED_CSV = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "wu2020" / "experiments.csv"
+
+
+def _bursts(drops: list[bool]) -> list[int]:
+    runs, run = [], 0
+    for d in drops:
+        if d:
+            run += 1
+        elif run:
+            runs.append(run)
+            run = 0
+    return runs + ([run] if run else [])
+
+
+def test_bernoulli_loss_ratio():
+    proc = LossProcess(BernoulliLoss(percent=20), random.Random(1))
+    drops = [proc.drop() for _ in range(100_000)]
+    assert abs(sum(drops) / len(drops) - 0.20) < 0.005
+
+
+@pytest.mark.parametrize(("p", "r"), [(2.0, 25.0), (5.0, 50.0), (1.0, 10.0)])
+def test_gilbert_elliott_stationary_loss_and_burst_length(p, r):
+    model = GilbertElliottLoss(p=p, r=r)
+    proc = LossProcess(model, random.Random(7))
+    drops = [proc.drop() for _ in range(300_000)]
+    assert abs(100 * sum(drops) / len(drops) - model.mean_loss_pct) < 0.1 * model.mean_loss_pct
+    assert abs(statistics.mean(_bursts(drops)) - 100 / r) < 0.1 * (100 / r)
+    assert model.mean_burst_packets == pytest.approx(100 / r)
+
+
+def test_gilbert_elliott_netem_defaults_and_validation():
+    g = GilbertElliottLoss(p=10)
+    assert g.r_pct == 90 and g.one_minus_h == 100 and g.one_minus_k == 0
+    with pytest.raises(ValueError, match="r = 0"):
+        GilbertElliottLoss(p=5, r=0)
+    with pytest.raises(ValueError):
+        BernoulliLoss(percent=120)
+
+
+def test_pareto_delay_is_netem_like():
+    rng = random.Random(3)
+    d = Delay(delay_ms=23, jitter_ms=10, distribution="pareto")
+    xs = [d.sample_ms(rng) for _ in range(200_000)]
+    assert min(xs) >= 23 - 0.6 * 10 - 1e-9  # standardised Pareto(3) is >= -0.577
+    assert statistics.mean(xs) == pytest.approx(23, abs=0.3)
+    assert statistics.pstdev(xs) == pytest.approx(10, rel=0.1)
+    assert statistics.median(xs) < 23  # right-skewed: a long tail of late packets
+    assert Delay(delay_ms=50).sample_ms(rng) == 50
+
+
+def test_impairment_routing_and_description():
+    assert not Impairment(loss=BernoulliLoss(percent=5)).needs_userspace  # kernel statistic match
+    assert Impairment(loss=GilbertElliottLoss(p=1, r=30)).needs_userspace
+    assert Impairment(delay=Delay(delay_ms=10)).needs_userspace
+    imp = Impairment.model_validate(
+        {"delay": {"delay_ms": 23, "jitter_ms": 10}, "loss": {"model": "gilbert-elliott", "p": 1, "r": 30}}
+    )
+    assert imp.describe() == "delay 23ms 10ms pareto loss gemodel 1% 30% 100% 0%"
+
+
+def test_refuses_without_root(monkeypatch):
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    with pytest.raises(netns.NetworkError, match="needs root"):
+        netns.ProducerNamespace()
+
+
+def test_grid_points_and_resume_keys(tmp_path):
+    spec = GridSpec(name="g", sweep={"packet_loss_pct": [0, 10], "batch_size": [1, 2, 4], "acks": [0, 1]})
+    points = list(spec.points())
+    assert spec.size == len(points) == 12
+    settings, _ = points[0]
+    out = tmp_path / "g.csv"
+    append_row(out, csv_row("g", settings, sent=100, received=97, unique=95, seconds=1.5))
+    key = point_key("g", settings, 0)[:-1]
+    assert done_keys(out) == {key: 1}
+    with out.open() as f:
+        row = next(csv.DictReader(f))
+    assert (row["n_lost"], row["p_loss"], row["n_duplicated"], row["p_dup"]) == ("5", "0.05", "2", "0.02")
+
+
+def test_csv_columns_match_the_shared_data():
+    with SHARED_CSV.open() as f:
+        header = next(csv.reader(f))
+    assert tuple(header) == CSV_COLUMNS
+
+
+def test_grid_file_errors_name_the_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nsweep: {packet_los_pct: [1, 2]}\n")
+    with pytest.raises(ConfigError, match="packet_los_pct"):
+        load_grid(bad)
+    shipped = load_grid(Path("testbed/grids/batch-pktloss.yaml"))
+    assert shipped.size >= 60
+
+
+def test_shipped_scenarios_and_variants():
+    assert {"weblog", "social", "game"} <= set(shipped_scenarios())
+    for name in ("weblog", "social", "game"):
+        sc = load_scenario(name)
+        assert "tuned" in sc.variants
+        assert any(isinstance(s.network.loss, GilbertElliottLoss) for s in sc.stages)
+        assert any(s.network.delay and s.network.delay.distribution == "pareto" for s in sc.stages)
+        default, tuned = (sc.stage_config(sc.stages[0], v) for v in ("default", "tuned"))
+        assert default != tuned
+        with pytest.raises(ConfigError, match="allowed values are default, tuned"):
+            sc.stage_config(sc.stages[0], "fast")
+    with pytest.raises(ConfigError, match="shipped: game, social, weblog"):
+        load_scenario("nope")
+
+
+def test_plots_from_the_shared_data(tmp_path):
+    from testbed.plots import draw, read_csv
+
+    written = draw({"paper": read_csv(SHARED_CSV)}, tmp_path)
+    assert [p.name for p in written] == [f"fig{i}.png" for i in range(4, 9)]
+    assert all(p.stat().st_size > 10_000 for p in written)
