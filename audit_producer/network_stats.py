@@ -1,23 +1,99 @@
-"""librdkafka statistics (``statistics.interval.ms`` JSON, ``STATISTICS.md``) reduced to NetworkStats."""
+"""What a producer knows of its network: librdkafka statistics and the TCP retransmission ratio.
+
+``parse_statistics`` reduces librdkafka's ``statistics.interval.ms`` JSON (``STATISTICS.md``) to the
+audit record's :class:`~audit_record.NetworkStats`; :class:`TcpRetransmitMeter` estimates the packet
+loss L (paper Eq. 1) from the kernel's TCP counters of the producer's network namespace.
+"""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from audit_record import NetworkStats
 
+SNMP_PATH = Path("/proc/net/snmp")
+"""SNMP MIB counters of the reading process's network namespace (``/proc/net`` = ``/proc/self/net``)."""
 
-def parse_statistics(stats_json: str) -> NetworkStats:
+MIN_OUT_SEGMENTS = 20
+"""Fewer TCP segments than this since the last estimate: too few for a ratio; keep accumulating."""
+
+
+def read_tcp_counters(path: Path = SNMP_PATH) -> tuple[int, int] | None:
+    """Return the cumulative TCP ``(OutSegs, RetransSegs)`` of this network namespace.
+
+    ``/proc/net/snmp`` has a ``Tcp:`` header line with the counter names and a ``Tcp:`` line with their
+    values (RFC 1213 tcpOutSegs, tcpRetransSegs). Returns None when the file is missing or unreadable
+    (not Linux, no ``/proc``).
+    """
+    try:
+        lines = [ln.split() for ln in path.read_text().splitlines() if ln.startswith("Tcp:")]
+    except OSError:
+        return None
+    if len(lines) < 2:
+        return None
+    fields = dict(zip(lines[0][1:], lines[1][1:], strict=False))
+    try:
+        return int(fields["OutSegs"]), int(fields["RetransSegs"])
+    except (KeyError, ValueError):
+        return None
+
+
+class TcpRetransmitMeter:
+    """Packet loss estimate L (percent) from the TCP retransmission ratio between two samples.
+
+    ``100 * delta(RetransSegs) / delta(OutSegs)`` over the interval since the previous estimate, for
+    the whole network namespace of the process: in the testbed every producer runs in its own
+    namespace, so this measures exactly its link; on a shared host it is the host's TCP traffic. A
+    lost data segment is retransmitted once per loss, so the ratio follows the packet loss rate of the
+    path (segments the peer never acknowledged); pure ACKs in OutSegs make it an underestimate when the
+    producer mostly receives.
+
+    Args:
+        path: The SNMP counters file (tests pass their own).
+    """
+
+    def __init__(self, path: Path = SNMP_PATH) -> None:
+        self.path = path
+        self._last = read_tcp_counters(path)
+
+    def sample(self) -> float | None:
+        """Return the retransmission ratio in percent (0-100) since the last estimate, or None.
+
+        None when the counters cannot be read, or fewer than :data:`MIN_OUT_SEGMENTS` segments went
+        out since the last estimate (the interval then extends to the next call).
+        """
+        now = read_tcp_counters(self.path)
+        if now is None or self._last is None:
+            self._last = now
+            return None
+        out, retrans = now[0] - self._last[0], now[1] - self._last[1]
+        if out < 0 or retrans < 0:  # counters reset (new namespace): start over
+            self._last = now
+            return None
+        if out < MIN_OUT_SEGMENTS:
+            return None
+        self._last = now
+        return min(100.0, 100.0 * retrans / out)
+
+
+def parse_statistics(stats_json: str, tcp_retransmit_pct: float | None = None) -> NetworkStats:
     """Reduce one librdkafka statistics document to what the audit record carries.
 
     Only real brokers count (``nodeid >= 0``; bootstrap placeholders are skipped). RTTs in the
-    document are microseconds; the result is in ms. Malformed JSON yields an empty NetworkStats.
+    document are microseconds; the result is in ms. Malformed JSON yields NetworkStats without broker
+    numbers.
+
+    Args:
+        stats_json: The document librdkafka passes to ``stats_cb``.
+        tcp_retransmit_pct: The packet loss estimate of the same interval (see
+            :class:`TcpRetransmitMeter`), percent; carried as is.
     """
     try:
         doc: dict[str, Any] = json.loads(stats_json)
     except ValueError:
-        return NetworkStats()
+        return NetworkStats(tcp_retransmit_pct=tcp_retransmit_pct)
     avgs: list[float] = []
     p99s: list[float] = []
     retries = timeouts = errors = 0
@@ -37,4 +113,5 @@ def parse_statistics(stats_json: str) -> NetworkStats:
         tx_retries=retries,
         request_timeouts=timeouts,
         tx_errors=errors,
+        tcp_retransmit_pct=tcp_retransmit_pct,
     )

@@ -21,7 +21,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from audit_producer.librdkafka_config import reliability_config
-from audit_producer.network_stats import parse_statistics
+from audit_producer.network_stats import TcpRetransmitMeter, parse_statistics
 from audit_producer.settings import ProducerAuditSettings
 from audit_record import PRODUCER_TIER, AuditRecord, NetworkStats, encode, now_ms
 from audit_record.stamp import STAMP_HEADER, encode_prefix, new_producer_id
@@ -98,6 +98,7 @@ class AuditedProducer:
         self._window_ms = self.settings.window_ms
         self._windows: dict[tuple[str, int], list[int]] = {}
         self._network = NetworkStats()
+        self._tcp = TcpRetransmitMeter()  # packet loss estimate L of this network namespace
         self._errors_only = mode == "errors"
         self._next_tick_ms = 0
         self._closed = False
@@ -244,7 +245,7 @@ class AuditedProducer:
         return report
 
     def _on_stats(self, stats_json: str) -> None:
-        self._network = parse_statistics(stats_json)
+        self._network = parse_statistics(stats_json, self._tcp.sample())
         if self._user_stats_cb is not None:
             self._user_stats_cb(stats_json)
 

@@ -3,6 +3,11 @@
 Each Kafka message value is ``C3 01`` + the schema's 8-byte CRC-64-AVRO fingerprint (little endian) +
 the schemaless Avro body (Avro 1.11 specification, "Single-object encoding"). The fingerprint lets a
 reader reject bytes written with another schema before decoding them.
+
+Schema evolution: a schema's earlier versions stay beside it as ``<name>.v<N>.avsc`` (listed in
+:data:`WRITER_VERSIONS`). A reader looks the writer schema up by fingerprint and resolves it to the
+current schema (Avro "Schema Resolution": fields added since default to their ``default``), so
+records written before a field was added still decode.
 """
 
 from __future__ import annotations
@@ -20,11 +25,16 @@ from audit_record.record import AuditRecord, MalformedRecordError
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 _HEADER_LEN = 10
+WRITER_VERSIONS: dict[str, tuple[str, ...]] = {
+    "audit_record": ("audit_record.v1",),  # before NetworkStats.tcp_retransmit_pct
+    "window_result": ("window_result.v1",),  # before the live-comparison fields (P_l, P_d, gamma)
+}
+"""Earlier versions of each schema (``<version>.avsc`` files of this package) that readers still accept."""
 
 
 @cache
 def schema(name: str = "audit_record") -> dict[str, Any]:
-    """Return a parsed schema of this package: ``audit_record`` (default) or ``window_result``."""
+    """Return a parsed schema of this package: ``audit_record`` (default), ``window_result`` or a version."""
     return fastavro.parse_schema(json.loads(schema_json(name)))
 
 
@@ -43,6 +53,12 @@ def fingerprint(name: str = "audit_record") -> bytes:
     return bytes.fromhex(hexdigest)[::-1]
 
 
+@cache
+def writer_schemas(name: str) -> dict[bytes, dict[str, Any]]:
+    """Return fingerprint -> parsed writer schema for ``name`` and its :data:`WRITER_VERSIONS`."""
+    return {fingerprint(v): schema(v) for v in (name, *WRITER_VERSIONS.get(name, ()))}
+
+
 def encode_object(name: str, data: dict[str, Any]) -> bytes:
     """Encode a dict with schema ``name`` as an Avro single object (no validation beyond Avro's)."""
     buf = io.BytesIO()
@@ -53,21 +69,26 @@ def encode_object(name: str, data: dict[str, Any]) -> bytes:
 
 
 def decode_object(name: str, value: bytes) -> dict[str, Any]:
-    """Decode an Avro single object written with schema ``name``.
+    """Decode an Avro single object written with schema ``name`` or one of its earlier versions.
+
+    A record written with an earlier version (:data:`WRITER_VERSIONS`) is resolved to the current
+    schema: fields it lacks get their defaults.
 
     Raises:
         MalformedRecordError: ``bad_magic``, ``wrong_schema`` or ``undecodable``.
     """
     if len(value) < _HEADER_LEN or value[:2] != SINGLE_OBJECT_MAGIC:
         raise MalformedRecordError("bad_magic", f"not an Avro single object (first bytes {value[:4].hex()})")
-    if value[2:_HEADER_LEN] != fingerprint(name):
+    writer = writer_schemas(name).get(bytes(value[2:_HEADER_LEN]))
+    if writer is None:
         raise MalformedRecordError(
             "wrong_schema", f"schema fingerprint {value[2:_HEADER_LEN].hex()} is not {name}"
         )
+    reader = schema(name)
     buf = io.BytesIO(value)
     buf.seek(_HEADER_LEN)
     try:
-        data: Any = fastavro.schemaless_reader(buf, schema(name), None)
+        data: Any = fastavro.schemaless_reader(buf, writer, None if writer is reader else reader)
     except Exception as exc:  # fastavro raises many types on garbage; all mean the same to us
         raise MalformedRecordError("undecodable", f"{type(exc).__name__}: {exc}") from exc
     if buf.tell() != len(value):

@@ -89,6 +89,9 @@ class NetworkStats:
         tx_retries: Sum over brokers of ``txretries`` (cumulative).
         request_timeouts: Sum over brokers of ``req_timeouts`` (cumulative).
         tx_errors: Sum over brokers of ``txerrs`` (cumulative).
+        tcp_retransmit_pct: Packet loss estimate L, percent 0-100: TCP ``RetransSegs / OutSegs`` of the
+            producer's network namespace (``/proc/net/snmp``) over the last statistics interval; None
+            when unknown (no segments sent, no ``/proc``, or a record written before the field existed).
     """
 
     rtt_avg_ms: float | None = None
@@ -96,6 +99,7 @@ class NetworkStats:
     tx_retries: int = 0
     request_timeouts: int = 0
     tx_errors: int = 0
+    tcp_retransmit_pct: float | None = None
 
 
 @dataclass(slots=True, kw_only=True)

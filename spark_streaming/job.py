@@ -4,17 +4,23 @@
 jars from the project's pom, no download at run time), starts the streaming query with its checkpoint,
 a heartbeat thread (event time advances while producers are idle) and the sinks. Callers stop it with
 :meth:`ReconciliationJob.stop`.
+
+The query: Kafka source -> decode (``mapInPandas``) -> stateful reconcile (``applyInPandasWithState``)
+-> live comparison (``mapInPandas``, :mod:`spark_streaming.predict`: P_l, P_d, gamma, suggestion for
+final windows) -> ``foreachBatch``: exactly-once sinks, Prometheus metrics, listeners, and (with
+``alerts``) the alert pipeline (:class:`alerts.AlertPipeline`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, Producer
 
@@ -24,9 +30,13 @@ from kafka_audit.security import client_config, spark_kafka_options
 from kafka_audit.topics import AUDIT_TOPIC_CONFIG, ensure_topic
 from spark_streaming.decode import DECODED_SCHEMA, HEARTBEAT_KEY, decode_batches
 from spark_streaming.metrics import ResultMetrics
-from spark_streaming.settings import SparkJobSettings
+from spark_streaming.predict import KpiConfig, make_predict_step
+from spark_streaming.settings import DEFAULT_GAMMA_TARGET, SparkJobSettings
 from spark_streaming.sinks import KafkaResultSink, ParquetResultSink
-from spark_streaming.state import OUTPUT_SCHEMA, STATE_SCHEMA, make_reconciler
+from spark_streaming.state import OUTPUT_COLUMNS, OUTPUT_SCHEMA, STATE_SCHEMA, make_reconciler
+
+if TYPE_CHECKING:
+    from alerts import AlertPipeline, AlertSettings
 
 log = logging.getLogger(__name__)
 ResultListener = Callable[[int, list[dict[str, Any]]], None]
@@ -36,6 +46,11 @@ _CONNECTOR_JARS = ("spark-sql-kafka", "spark-token-provider-kafka", "kafka-clien
 def connector_jars() -> list[str]:
     """Return the Kafka connector jars Spark needs beyond what pyspark ships (from ``jars-spark``)."""
     return sorted(str(p) for p in jars_dir("spark").glob("*.jar") if p.name.startswith(_CONNECTOR_JARS))
+
+
+def _clean(row: dict[str, Any]) -> dict[str, Any]:
+    """Turn NaN (a missing prediction on its way through Arrow) into None, as the Avro schema wants."""
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
 
 
 def spark_session(master: str, shuffle_partitions: int, app_name: str = "kafka-audit") -> Any:
@@ -72,11 +87,28 @@ class ReconciliationJob:
     Args:
         settings: See :class:`SparkJobSettings`.
         listeners: Called on the driver with ``(batch_id, result rows)`` after each batch is written.
+        alerts: Evaluate the alert rules on every batch and deliver the events (None: no alerting).
+            The alerts topic goes to this job's cluster unless ``alerts.bootstrap_servers`` names
+            another; ``alerts.grace_ms`` defaults to the job's grace.
     """
 
-    def __init__(self, settings: SparkJobSettings, listeners: list[ResultListener] | None = None) -> None:
+    def __init__(
+        self,
+        settings: SparkJobSettings,
+        listeners: list[ResultListener] | None = None,
+        alerts: AlertSettings | None = None,
+    ) -> None:
         self.s = settings
         self.listeners = list(listeners or [])
+        if alerts is not None and "grace_ms" not in alerts.model_fields_set:
+            alerts = alerts.model_copy(update={"grace_ms": settings.grace_ms})
+        self.alert_settings = alerts
+        self.alerts: AlertPipeline | None = None
+        alert_target = alerts.gamma_target if alerts is not None else None
+        self.gamma_target = next(
+            t for t in (settings.gamma_target, alert_target, DEFAULT_GAMMA_TARGET) if t is not None
+        )
+        """Default gamma target of topics without their own (settings, else alert settings, else 0.9)."""
         self.kconf: dict[str, Any] = client_config(
             {"bootstrap.servers": settings.bootstrap_servers, **settings.extra_config}, settings.kafka
         )
@@ -93,15 +125,25 @@ class ReconciliationJob:
     # ---------------------------------------------------------------- per micro-batch (driver)
     def _on_batch(self, df: Any, batch_id: int) -> None:
         t0 = time.monotonic()
-        rows = [r.asDict() for r in df.collect()]
+        rows = [_clean(r.asDict()) for r in df.collect()]
         results = [r for r in rows if r["kind"] == "result"]
         dead = [r for r in rows if r["kind"] == "dead_letter"]
         late = [r for r in rows if r["kind"] == "late"]
+        producers = [r for r in rows if r["kind"] == "producer"]
         assert self._kafka_sink is not None
         written = self._kafka_sink.write(batch_id, results, dead)
         self._parquet.write(batch_id, results)
         if written:
-            self.metrics.observe(results, dead, late)
+            self.metrics.observe(results, dead, late, producers)
+            for r in results:
+                if r.get("predict_error"):
+                    log.warning(
+                        "live comparison of %s window %s (%s): %s",
+                        r["topic"],
+                        r["window_start_ms"],
+                        r["tier"],
+                        r["predict_error"],
+                    )
             for listener in self.listeners:
                 listener(batch_id, results)
         self.batches_written += 1
@@ -130,6 +172,8 @@ class ReconciliationJob:
         self._kafka_sink = KafkaResultSink(
             self.kconf, s.results_topic, s.dlq_topic, s.commits_topic, s.query_name
         )
+        if self.alert_settings is not None:
+            self._start_alerts(self.alert_settings)
         if s.metrics_port:
             self.metrics.serve(s.metrics_port)
         self.spark = spark_session(s.master, s.shuffle_partitions)
@@ -158,6 +202,11 @@ class ReconciliationJob:
                 GroupStateTimeout.EventTimeTimeout,
             )
         )
+        if s.predict:
+            results = results.mapInPandas(
+                make_predict_step(KpiConfig.from_settings(s, self.gamma_target), list(OUTPUT_COLUMNS)),
+                OUTPUT_SCHEMA,
+            )
         self.query = (
             results.writeStream.queryName(s.query_name)
             .foreachBatch(self._on_batch)
@@ -169,6 +218,25 @@ class ReconciliationJob:
         if s.heartbeat_ms:
             self._heartbeat = threading.Thread(target=self._beat, name="audit-heartbeat", daemon=True)
             self._heartbeat.start()
+
+    def _start_alerts(self, settings: AlertSettings) -> None:
+        """Create the alert pipeline on this job's metrics registry and listen to every batch."""
+        from alerts import AlertPipeline, sinks_from_settings
+        from alerts.sinks.kafka import KafkaAlertSink
+
+        sinks = sinks_from_settings(settings)
+        if not settings.bootstrap_servers:  # alerts topic on the audited cluster, with the job's security
+            sinks.insert(
+                0,
+                KafkaAlertSink(
+                    self.kconf,
+                    settings.alerts_topic,
+                    message_timeout_ms=settings.kafka_message_timeout_ms,
+                    flush_timeout_ms=settings.kafka_flush_timeout_ms,
+                ),
+            )
+        self.alerts = AlertPipeline(settings, registry=self.metrics.registry, sinks=sinks)
+        self.listeners.append(self.alerts.on_batch)
 
     def progress(self) -> dict[str, Any]:
         """Return the watermark, lag and dropped-row count from Spark's last progress (and update metrics)."""
@@ -213,6 +281,8 @@ class ReconciliationJob:
             self._heartbeat.join(10)
         if self._kafka_sink is not None:
             self._kafka_sink.close()
+        if self.alerts is not None:
+            self.alerts.close()
 
     def exception(self) -> Any:
         """Return the query's failure, if it failed."""

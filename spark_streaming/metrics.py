@@ -2,22 +2,63 @@
 
 Metric names end in their unit (``_ratio``, ``_total``, ``_seconds``); labels are ``topic`` and ``tier``.
 Ratio gauges hold the newest final window's value; ``_total`` counters add every final window.
+
+The live comparison (:mod:`spark_streaming.predict`) adds, per (topic, tier) of the newest final window:
+predicted P_l / P_d with ``bound`` p05 / p50 / p95, gamma actual / predicted, the gamma target, and the
+suggestion as an info-style gauge (value = predicted gamma after the change; absent when the newest
+window has none). Per producer (newest snapshot): the configuration in effect (``producer_info`` = 1),
+librdkafka's RTT and retries; series of producers silent for ``producer_ttl_s`` are removed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
+import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 LABELS = ("topic", "tier")
+BOUNDS = (("p05", "lo"), ("p50", ""), ("p95", "hi"))
+"""Prometheus ``bound`` label -> suffix of the window-result column (``p_loss_lo``, ``p_loss``...)."""
+PRODUCER_INFO_LABELS = (
+    "producer_id",
+    "topic",
+    "acks",
+    "batch_num_messages",
+    "message_timeout_ms",
+    "linger_ms",
+    "enable_idempotence",
+)
+
+
+def _present(x: Any) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
+def _label(x: Any) -> str:
+    if not _present(x):
+        return ""
+    if isinstance(x, bool):
+        return str(x).lower()
+    if isinstance(x, float) and x.is_integer():
+        return str(int(x))
+    return str(x)
 
 
 class ResultMetrics:
-    """The job's metrics in their own registry (so tests can run several jobs in one process)."""
+    """The job's metrics in their own registry (so tests can run several jobs in one process).
 
-    def __init__(self) -> None:
+    Args:
+        producer_ttl_s: Per-producer series are removed after this long without a snapshot, s.
+    """
+
+    def __init__(self, producer_ttl_s: float = 600.0) -> None:
         r = self.registry = CollectorRegistry()
+        self.producer_ttl_s = producer_ttl_s
+        self._producer_labels: dict[tuple[str, str], tuple[tuple[str, ...], float]] = {}
+        self._suggestion_labels: dict[tuple[str, str], str] = {}
         self.completeness = Gauge(
             "kafka_audit_completeness_ratio",
             "Unique received / sent, newest final window",
@@ -78,15 +119,77 @@ class ResultMetrics:
             buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
         )
 
+        self.predicted_loss = Gauge(
+            "kafka_audit_predicted_loss_ratio",
+            "Predicted P_l of the newest final window (fraction); bound p05/p50/p95 of the 90% interval",
+            (*LABELS, "bound"),
+            registry=r,
+        )
+        self.predicted_dup = Gauge(
+            "kafka_audit_predicted_duplicate_ratio",
+            "Predicted P_d of the newest final window (fraction); bound p05/p50/p95 of the 90% interval",
+            (*LABELS, "bound"),
+            registry=r,
+        )
+        self.gamma = Gauge(
+            "kafka_audit_gamma",
+            "KPI gamma (Eq. 2, 0-1), newest final window: kind actual (R_l, R_d) or predicted (P_l, P_d)",
+            (*LABELS, "kind"),
+            registry=r,
+        )
+        self.gamma_target = Gauge(
+            "kafka_audit_gamma_target", "The topic's gamma target (0-1)", LABELS, registry=r
+        )
+        self.unaudited_producers = Gauge(
+            "kafka_audit_unaudited_producers",
+            "Producer ids the cluster saw without producer snapshots, newest final window",
+            LABELS,
+            registry=r,
+        )
+        self.suggestion_info = Gauge(
+            "kafka_audit_suggestion_info",
+            "Configuration change suggested for the newest final window; value = predicted gamma after it",
+            (*LABELS, "suggestion"),
+            registry=r,
+        )
+        self.producer_info = Gauge(
+            "kafka_audit_producer_info",
+            "Producer configuration in effect (newest producer snapshot); always 1",
+            PRODUCER_INFO_LABELS,
+            registry=r,
+        )
+        self.producer_rtt = Gauge(
+            "kafka_audit_producer_rtt_seconds",
+            "librdkafka mean broker round-trip time rtt.avg of the producer (newest snapshot), seconds",
+            ("producer_id", "topic"),
+            registry=r,
+        )
+        self.producer_retries = Gauge(
+            "kafka_audit_producer_tx_retries",
+            "Cumulative librdkafka request retries (txretries) of the producer (newest snapshot)",
+            ("producer_id", "topic"),
+            registry=r,
+        )
+        self.prediction_failures = Counter(
+            "kafka_audit_prediction_failures_total",
+            "Final windows whose live comparison failed, by stage (model, input, predict, kpi, suggest)",
+            ("topic", "stage"),
+            registry=r,
+        )
+
     def serve(self, port: int) -> None:
         """Expose the registry on ``http://127.0.0.1:<port>/metrics``."""
         start_http_server(port, addr="127.0.0.1", registry=self.registry)
 
     def observe(
-        self, results: list[dict[str, Any]], dead: list[dict[str, Any]], late: list[dict[str, Any]]
+        self,
+        results: list[dict[str, Any]],
+        dead: list[dict[str, Any]],
+        late: list[dict[str, Any]],
+        producers: list[dict[str, Any]] | None = None,
     ) -> None:
-        """Update the metrics from one micro-batch's output."""
-        for row in results:
+        """Update the metrics from one micro-batch's output (result, dead-letter, late, producer rows)."""
+        for row in sorted(results, key=lambda r: r["window_start_ms"]):  # the newest window wins
             labels = (row["topic"], row["tier"])
             self.windows.labels(*labels, row["state"]).inc()
             if row["state"] != "final":
@@ -100,7 +203,66 @@ class ResultMetrics:
             self.unique.labels(*labels).inc(row["unique"])
             self.lost.labels(*labels).inc(max(0, row["sent"] - row["unique"]))
             self.duplicated.labels(*labels).inc(row["duplicated"])
+            self._observe_comparison(labels, row)
         for d in dead:
             self.dead_letters.labels("spark", d["reason"]).inc()
         for lt in late:
             self.late.labels(lt["topic"]).inc(lt["late"] or 0)
+        self.observe_producers(producers or [])
+
+    def _observe_comparison(self, labels: tuple[str, str], row: dict[str, Any]) -> None:
+        """Set the live-comparison gauges from one final window (series without a value are removed)."""
+        self.unaudited_producers.labels(*labels).set(row.get("unaudited_producers") or 0)
+        err = row.get("predict_error")
+        if err:
+            self.prediction_failures.labels(labels[0], str(err).split(":", 1)[0]).inc()
+        for gauge, column in ((self.predicted_loss, "p_loss"), (self.predicted_dup, "p_dup")):
+            for bound, suffix in BOUNDS:
+                value = row.get(f"{column}_{suffix}" if suffix else column)
+                self._set(gauge, (*labels, bound), value)
+        self._set(self.gamma, (*labels, "actual"), row.get("gamma_actual"))
+        self._set(self.gamma, (*labels, "predicted"), row.get("gamma_predicted"))
+        self._set(self.gamma_target, labels, row.get("gamma_target"))
+        old = self._suggestion_labels.pop(labels, None)
+        if old is not None:
+            self.suggestion_info.remove(*labels, old)
+        text, after = row.get("suggestion"), row.get("suggested_gamma")
+        if text:
+            self.suggestion_info.labels(*labels, text).set(after if _present(after) else math.nan)
+            self._suggestion_labels[labels] = text
+
+    @staticmethod
+    def _set(gauge: Gauge, labels: tuple[str, ...], value: Any) -> None:
+        if _present(value):
+            gauge.labels(*labels).set(value)
+        else:
+            with contextlib.suppress(KeyError):  # no series yet
+                gauge.remove(*labels)
+
+    def observe_producers(self, producers: list[dict[str, Any]], now_s: float | None = None) -> None:
+        """Set the per-producer gauges from ``producer`` rows (newest snapshot wins); expire silent ones.
+
+        Args:
+            producers: Rows of :func:`spark_streaming.state.producer_row` (``producer_id``, ``topic``,
+                configuration, ``rtt_avg_ms`` in ms, cumulative ``tx_retries``, ``result_at_ms``).
+            now_s: Wall clock, s (default: now); producers not seen for ``producer_ttl_s`` are removed.
+        """
+        now = time.time() if now_s is None else now_s
+        for p in sorted(producers, key=lambda p: p.get("result_at_ms") or 0):
+            key = (str(p["producer_id"]), str(p["topic"]))
+            info = (*key, *(_label(p.get(n)) for n in PRODUCER_INFO_LABELS[2:]))
+            held = self._producer_labels.get(key)
+            if held is not None and held[0] != info:
+                self.producer_info.remove(*held[0])
+            self.producer_info.labels(*info).set(1)
+            self._producer_labels[key] = (info, now)
+            if _present(p.get("rtt_avg_ms")):
+                self.producer_rtt.labels(*key).set(p["rtt_avg_ms"] / 1000)
+            self.producer_retries.labels(*key).set(p.get("tx_retries") or 0)
+        for key, (info, seen) in list(self._producer_labels.items()):
+            if now - seen > self.producer_ttl_s:
+                del self._producer_labels[key]
+                self.producer_info.remove(*info)
+                for gauge in (self.producer_rtt, self.producer_retries):
+                    with contextlib.suppress(KeyError):  # never had an RTT
+                        gauge.remove(*key)

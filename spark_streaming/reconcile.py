@@ -32,6 +32,7 @@ _KEEP = (
     "latency_p99_ms",
     "latency_max_ms",
     "emitted_at_ms",
+    "bytes",
 )
 
 
@@ -51,7 +52,7 @@ def compact(record: AuditRecord, partition: int, offset: int) -> dict[str, Any]:
         ]
     if record.network is not None:
         n = record.network
-        out["network"] = [n.rtt_avg_ms, n.tx_retries, n.request_timeouts]
+        out["network"] = [n.rtt_avg_ms, n.tx_retries, n.request_timeouts, n.tcp_retransmit_pct]
     return out
 
 
@@ -83,7 +84,10 @@ def reconcile(
         state: ``provisional`` or ``final``.
 
     R_l, R_d and completeness follow Eq. 3 over the window (:mod:`spark_streaming.rates`); unique and
-    duplicated count only producers that reported (the rest are ``unaudited_producers``).
+    duplicated count only producers that reported (the rest are ``unaudited_producers``). The network
+    estimates of the predictor's inputs (Eq. 1): ``delay_ms_est`` D = mean librdkafka broker RTT / 2 (ms),
+    ``packet_loss_pct_est`` L = the producers' TCP retransmission ratio (percent, weighted by sent),
+    ``message_size_bytes`` M = value bytes / messages sent (producers reporting bytes).
     """
     snaps = list(snapshots)
     producers = [s for s in snaps if s["tier"] == PRODUCER_TIER]
@@ -95,6 +99,15 @@ def reconcile(
     main = max(producers, key=lambda s: s["sent"], default=None)
     config = (main or {}).get("config") or [None] * 6
     rtts = [s["network"][0] for s in producers if s.get("network") and s["network"][0] is not None]
+    # L estimate: the producers' TCP retransmission ratios, weighted by what each sent (state written
+    # before the field existed holds 3-element network lists).
+    losses = [
+        (s["network"][3], s["sent"])
+        for s in producers
+        if s.get("network") and len(s["network"]) > 3 and s["network"][3] is not None
+    ]
+    loss_weight = sum(w for _, w in losses)
+    size_sent = sum(s["sent"] for s in producers if s.get("bytes"))
     result_at = max((s["emitted_at_ms"] for s in snaps), default=window_end_ms)
     rows = []
     for tier in sorted(tiers):
@@ -136,6 +149,15 @@ def reconcile(
                 "message_timeout_ms": config[4],
                 "poll_interval_ms": config[5],
                 "rtt_avg_ms": sum(rtts) / len(rtts) if rtts else None,
+                "delay_ms_est": sum(rtts) / len(rtts) / 2 if rtts else None,
+                "packet_loss_pct_est": (
+                    sum(x * w for x, w in losses) / loss_weight
+                    if loss_weight
+                    else (sum(x for x, _ in losses) / len(losses) if losses else None)
+                ),
+                "message_size_bytes": (
+                    sum(s.get("bytes") or 0 for s in producers) / size_sent if size_sent else None
+                ),
                 "tx_retries": sum(s["network"][1] for s in producers if s.get("network")),
                 "request_timeouts": sum(s["network"][2] for s in producers if s.get("network")),
                 "result_at_ms": result_at,

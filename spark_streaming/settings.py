@@ -3,12 +3,35 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from audit_record import DEFAULT_AUDIT_TOPIC, DEFAULT_DLQ_TOPIC
 from kafka_audit.security import KafkaSecurity
+
+StreamType = Literal["default", "social", "weblog", "game"]
+"""Stream types with Eq. 2 weight presets (paper Table II; :meth:`predictor.kpi.Weights.preset`)."""
+
+DEFAULT_GAMMA_TARGET = 0.9
+"""gamma target when neither the topic, the job nor the alert settings name one (see SparkJobSettings)."""
+
+
+class TopicKpi(BaseModel):
+    """Per-topic KPI settings of the live comparison (unset fields fall back to the job's).
+
+    Attributes:
+        stream_type: Eq. 2 weights preset: ``default``, ``social``, ``weblog`` or ``game``.
+        gamma_target: gamma the topic must reach (0-1]; below it the window gets a suggestion.
+        message_size_bytes: Message size M used when the producers report no bytes, bytes.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stream_type: StreamType | None = None
+    gamma_target: float | None = Field(None, gt=0.0, le=1.0)
+    message_size_bytes: float | None = Field(None, gt=0.0)
 
 
 class SparkJobSettings(BaseSettings):
@@ -37,6 +60,16 @@ class SparkJobSettings(BaseSettings):
         extra_config: librdkafka / Kafka client properties for every client, passed through; security
             properties here (librdkafka names, ``security.protocol`` and the rest) replace ``kafka``.
         kafka: TLS / SASL settings of the Kafka source, sinks and heartbeat (default: KAFKA_AUDIT_KAFKA_*).
+        predict: Add the live comparison to final windows (predicted P_l, P_d, gamma, suggestion;
+            :mod:`spark_streaming.predict`).
+        model_dir: Predictor model directory (None: the shipped default model).
+        stream_type: Eq. 2 weights preset of topics without their own (``default``, ``social``,
+            ``weblog``, ``game``).
+        gamma_target: gamma target of topics without their own, (0, 1]. None: the alert settings'
+            ``gamma_target`` (``KAFKA_AUDIT_ALERTS_GAMMA_TARGET``) if the job alerts, else 0.9.
+        message_size_bytes: Message size M when the producers report no bytes, bytes.
+        topic_kpi: Per-topic overrides, topic -> :class:`TopicKpi`
+            (``KAFKA_AUDIT_SPARK_TOPIC_KPI='{"orders": {"stream_type": "weblog", "gamma_target": 0.95}}'``).
     """
 
     model_config = SettingsConfigDict(env_prefix="KAFKA_AUDIT_SPARK_", frozen=True)
@@ -59,3 +92,9 @@ class SparkJobSettings(BaseSettings):
     query_name: str = "kafka-audit-reconciliation"
     extra_config: dict[str, str] = Field(default_factory=dict)
     kafka: KafkaSecurity = Field(default_factory=KafkaSecurity.from_env)
+    predict: bool = True
+    model_dir: Path | None = None
+    stream_type: StreamType = "default"
+    gamma_target: float | None = Field(None, gt=0.0, le=1.0)
+    message_size_bytes: float = Field(1_000.0, gt=0.0)
+    topic_kpi: dict[str, TopicKpi] = Field(default_factory=dict)

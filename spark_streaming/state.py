@@ -5,7 +5,11 @@ the newest snapshot per key; every micro-batch that changes it emits a *provisio
 watermark passes ``window_end + grace`` the timeout emits the *final* result once and leaves a small
 tombstone (for ``retention_ms``) so snapshots arriving later are reported as late, never re-opening a
 final window (DESIGN.md, invariant 5). Dead letters pass straight through; heartbeats only move the
-watermark.
+watermark. Every producer-tier snapshot a micro-batch brings in (the newest per producer) also leaves
+as a ``producer`` row (configuration in effect, RTT, retries) for the per-producer metrics.
+
+Result rows carry the live-comparison columns (:data:`PREDICTION_COLUMNS`) empty; the next step of the
+query (:mod:`spark_streaming.predict`) fills them for final windows.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from audit_record import PRODUCER_TIER
 from spark_streaming.decode import DEAD_LETTER_GROUP, HEARTBEAT_GROUP
 from spark_streaming.reconcile import FINAL, PROVISIONAL, merge, reconcile
 
@@ -51,7 +56,35 @@ RESULT_COLUMNS: list[tuple[str, str]] = [
     ("tx_retries", "long"),
     ("request_timeouts", "long"),
     ("result_at_ms", "long"),
+    # Live comparison (paper Eq. 1-3): the predictor's inputs estimated from the producers ...
+    ("message_size_bytes", "double"),
+    ("packet_loss_pct_est", "double"),
+    ("delay_ms_est", "double"),
+    # ... and what spark_streaming.predict adds for final windows.
+    ("p_loss", "double"),
+    ("p_loss_lo", "double"),
+    ("p_loss_hi", "double"),
+    ("p_dup", "double"),
+    ("p_dup_lo", "double"),
+    ("p_dup_hi", "double"),
+    ("gamma_actual", "double"),
+    ("gamma_predicted", "double"),
+    ("gamma_target", "double"),
+    ("suggestion", "string"),
 ]
+PREDICTION_COLUMNS: tuple[str, ...] = (
+    "p_loss",
+    "p_loss_lo",
+    "p_loss_hi",
+    "p_dup",
+    "p_dup_lo",
+    "p_dup_hi",
+    "gamma_actual",
+    "gamma_predicted",
+    "gamma_target",
+    "suggestion",
+)
+"""Result columns :mod:`spark_streaming.predict` fills (null until then, and for provisional windows)."""
 EXTRA_COLUMNS: list[tuple[str, str]] = [
     ("kind", "string"),
     ("raw_key", "binary"),
@@ -60,14 +93,48 @@ EXTRA_COLUMNS: list[tuple[str, str]] = [
     ("detail", "string"),
     ("src_partition", "int"),
     ("src_offset", "long"),
+    ("producer_id", "string"),  # producer rows
+    ("predict_error", "string"),  # result rows whose prediction failed: why (counted, not written)
+    ("suggested_gamma", "double"),  # result rows with a suggestion: predicted gamma after the change
 ]
 OUTPUT_SCHEMA = ", ".join(f"{n} {t}" for n, t in RESULT_COLUMNS + EXTRA_COLUMNS)
 STATE_SCHEMA = "snapshots string, window_end_ms long, final boolean"
-_COLUMNS = [n for n, _ in RESULT_COLUMNS + EXTRA_COLUMNS]
+OUTPUT_COLUMNS: list[str] = [n for n, _ in RESULT_COLUMNS + EXTRA_COLUMNS]
+"""Column order of the reconciler's (and the predict step's) output rows."""
+_COLUMNS = OUTPUT_COLUMNS
 
 
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame([{c: r.get(c) for c in _COLUMNS} for r in rows], columns=_COLUMNS)
+
+
+def producer_row(
+    topic: str, window_start_ms: int, window_end_ms: int, snap: dict[str, Any]
+) -> dict[str, Any]:
+    """Return the ``producer`` row of one producer-tier snapshot (:func:`~spark_streaming.reconcile.compact`).
+
+    Carries the configuration in effect (``acks``, ``batch_num_messages``, ...), librdkafka's mean
+    broker RTT (ms) and cumulative ``txretries``; ``result_at_ms`` is the snapshot's emission time (ms).
+    """
+    config = snap.get("config") or [None] * 6
+    network = snap.get("network") or [None, 0, 0]
+    return {
+        "kind": "producer",
+        "topic": topic,
+        "window_start_ms": window_start_ms,
+        "window_end_ms": window_end_ms,
+        "producer_id": snap["producer_id"],
+        "acks": config[0],
+        "enable_idempotence": config[1],
+        "batch_num_messages": config[2],
+        "linger_ms": config[3],
+        "message_timeout_ms": config[4],
+        "poll_interval_ms": config[5],
+        "rtt_avg_ms": network[0],
+        "tx_retries": network[1],
+        "request_timeouts": network[2],
+        "result_at_ms": snap["emitted_at_ms"],
+    }
 
 
 def make_reconciler(
@@ -119,17 +186,27 @@ def make_reconciler(
                 return
             snaps = json.loads(snaps_json)
         changed = False
+        producers: dict[str, dict[str, Any]] = {}
         for pdf in pdfs:
             for snap_key, payload, w_end in zip(
                 pdf["snap_key"], pdf["payload"], pdf["g_window_end"], strict=True
             ):
                 end = int(w_end)
-                changed |= merge(snaps, snap_key, json.loads(payload))
+                snap = json.loads(payload)
+                if merge(snaps, snap_key, snap):
+                    changed = True
+                    if snap["tier"] == PRODUCER_TIER and snap["producer_id"]:
+                        held = producers.get(snap["producer_id"])
+                        if held is None or held["emitted_at_ms"] <= snap["emitted_at_ms"]:
+                            producers[snap["producer_id"]] = snap
         assert end is not None
         state.update((json.dumps(snaps), end, False))
         state.setTimeoutTimestamp(max(end + grace_ms, state.getCurrentWatermarkMs() + 1))
+        out = [producer_row(topic, window_start, end, p) for p in producers.values()]
         if changed:
             rows = reconcile(topic, window_start, end, snaps.values(), clusters, PROVISIONAL)
-            yield _frame([{**r, "kind": "result"} for r in rows])
+            out += [{**r, "kind": "result"} for r in rows]
+        if out:
+            yield _frame(out)
 
     return reconcile_window

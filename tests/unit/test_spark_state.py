@@ -79,7 +79,10 @@ def test_provisional_then_final_once_then_late():
         unique=8,
         duplicated=1,
     )
-    [row] = _out(fn(("t", 0), iter([_rows(p, c)]), st))
+    out = _out(fn(("t", 0), iter([_rows(p, c)]), st))
+    [row] = [r for r in out if r["kind"] == "result"]
+    [prod] = [r for r in out if r["kind"] == "producer"]  # the producer snapshot, for per-producer metrics
+    assert (prod["producer_id"], prod["topic"], prod["result_at_ms"]) == ("p", "t", p.emitted_at_ms)
     assert (row["state"], row["sent"], row["unique"], row["loss_rate"], row["duplicate_rate"]) == (
         "provisional",
         10,

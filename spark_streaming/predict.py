@@ -1,0 +1,375 @@
+"""Live comparison: predicted P_l, P_d and gamma next to the measured R_l, R_d of every final window.
+
+The step after the stateful reconciler in the streaming query (``mapInPandas``, see
+:func:`make_predict_step`). For each *final* window result with messages sent and a producer
+configuration it
+
+1. builds the predictor's input (paper Eq. 1, :data:`predictor.features.FEATURES`) from the window:
+   ``acks`` 0/1 (``all``/``-1`` count as 1), L = ``packet_loss_pct_est`` (percent, 0 if unknown),
+   D = ``delay_ms_est`` (ms, 0 if unknown), M = ``message_size_bytes`` (else the topic's setting),
+   B = ``batch_num_messages``, T_o = ``message_timeout_ms``, delta = ``poll_interval_ms`` (0 if unknown);
+2. predicts P_l, P_d with their 90% intervals and the per-producer throughput T (messages/s);
+3. computes gamma (Eq. 2) twice with the topic's weights (Table II preset): ``gamma_predicted`` with
+   P_l, P_d and ``gamma_actual`` with the measured R_l, R_d. Both use the same service terms
+   (:mod:`predictor.kpi`): lambda = sent / window length (messages/s), N_p = the audited producers,
+   mu = min(1, N_p * T / lambda), phi = mu * (1 - loss). A window does not measure the producers'
+   capacity, so T is the predicted one; without a prediction mu = 1 (the kpi module's convention);
+4. when ``gamma_actual < gamma_target``, asks :func:`predictor.suggest.suggest` for the smallest
+   configuration change predicted to meet the target and stores its explanation in ``suggestion``.
+
+The model is loaded once per Python worker (module-level cache) and only when a partition holds a
+final window. Nothing here fails a micro-batch: a failure leaves the prediction columns null and names
+its stage in the row's ``predict_error`` (``model``, ``input``, ``predict``, ``kpi`` or ``suggest``),
+which the driver counts (``kafka_audit_prediction_failures_total``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+log = logging.getLogger(__name__)
+
+FEATURE_SOURCES: dict[str, str] = {
+    "acks": "acks",
+    "packet_loss_pct": "packet_loss_pct_est",
+    "delay_ms": "delay_ms_est",
+    "message_size_bytes": "message_size_bytes",
+    "batch_size": "batch_num_messages",
+    "message_timeout_ms": "message_timeout_ms",
+    "poll_interval_ms": "poll_interval_ms",
+}
+"""Predictor feature -> the window-result column it comes from."""
+
+_BOUNDS = ("p_loss", "p_loss_lo", "p_loss_hi", "p_dup", "p_dup_lo", "p_dup_hi")
+_SUGGEST_KEY = (
+    "acks",
+    "batch_num_messages",
+    "message_timeout_ms",
+    "poll_interval_ms",
+    "producers",
+    "sent",
+    "_L",
+    "_D",
+    "_M",
+)
+
+
+class PredictorLike(Protocol):
+    """What this module needs of :class:`predictor.model.Predictor`."""
+
+    def predict(self, frame: pd.DataFrame, invalid: Any = ...) -> pd.DataFrame:
+        """Return P_l, P_d (with lo/hi) and throughput per row of a FEATURES frame."""
+        ...
+
+
+@dataclass(frozen=True)
+class KpiConfig:
+    """What the predict step needs to know, picklable for Spark's Python workers.
+
+    Attributes:
+        stream_type: Eq. 2 weights preset of topics without their own.
+        gamma_target: gamma target of topics without their own, (0, 1].
+        message_size_bytes: Message size M when a window has none, bytes.
+        topics: topic -> (stream_type or None, gamma_target or None, message_size_bytes or None).
+        model_dir: Predictor model directory (None: the shipped default).
+    """
+
+    stream_type: str = "default"
+    gamma_target: float = 0.9
+    message_size_bytes: float = 1_000.0
+    topics: dict[str, tuple[str | None, float | None, float | None]] = field(default_factory=dict)
+    model_dir: str | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Any, gamma_target: float) -> KpiConfig:
+        """Build from :class:`~spark_streaming.settings.SparkJobSettings` and the resolved default target."""
+        return cls(
+            stream_type=settings.stream_type,
+            gamma_target=gamma_target,
+            message_size_bytes=settings.message_size_bytes,
+            topics={
+                t: (k.stream_type, k.gamma_target, k.message_size_bytes)
+                for t, k in settings.topic_kpi.items()
+            },
+            model_dir=str(settings.model_dir) if settings.model_dir is not None else None,
+        )
+
+    def for_topic(self, topic: str) -> tuple[str, float, float]:
+        """Return (stream type, gamma target, fallback message size in bytes) of ``topic``."""
+        stream, target, size = self.topics.get(topic, (None, None, None))
+        return (
+            stream or self.stream_type,
+            target if target is not None else self.gamma_target,
+            size if size is not None else self.message_size_bytes,
+        )
+
+
+# ------------------------------------------------------------------------------------------ pure pandas
+def _num(col: pd.Series) -> pd.Series:
+    return pd.to_numeric(col, errors="coerce").astype("float64")
+
+
+def predictable(results: pd.DataFrame) -> pd.Series:
+    """Boolean mask: final result rows with messages sent and a producer configuration (acks known)."""
+    kind = results["kind"] if "kind" in results else pd.Series("result", index=results.index)
+    return (
+        (kind == "result")
+        & (results["state"] == "final")
+        & (_num(results["sent"]).fillna(0) > 0)
+        & results["acks"].notna()
+    )
+
+
+def _acks01(value: Any) -> float:
+    text = str(value).strip().lower()
+    return {"0": 0.0, "1": 1.0, "all": 1.0, "-1": 1.0}.get(text, np.nan)
+
+
+def feature_frame(results: pd.DataFrame, message_size_bytes: pd.Series | float = 1_000.0) -> pd.DataFrame:
+    """Build the predictor's input (paper Eq. 1) from window-result rows.
+
+    Args:
+        results: Window-result rows (``window_result.avsc`` columns).
+        message_size_bytes: M where a row has no ``message_size_bytes`` (per row or one value), bytes.
+
+    Returns:
+        DataFrame with the same index and the :data:`predictor.features.FEATURES` columns as floats:
+        acks 0/1 (``all``/``-1`` -> 1; unknown values -> NaN), packet_loss_pct (percent; unknown -> 0),
+        delay_ms (ms; unknown -> 0), message_size_bytes (bytes), batch_size (``batch.num.messages``),
+        message_timeout_ms (ms), poll_interval_ms (ms; unknown -> 0).
+    """
+    out = pd.DataFrame(index=results.index)
+    out["acks"] = results["acks"].map(_acks01).astype("float64")
+    out["packet_loss_pct"] = _num(results["packet_loss_pct_est"]).fillna(0.0)
+    out["delay_ms"] = _num(results["delay_ms_est"]).fillna(0.0)
+    fallback = (
+        message_size_bytes
+        if isinstance(message_size_bytes, pd.Series)
+        else pd.Series(float(message_size_bytes), index=results.index)
+    )
+    out["message_size_bytes"] = _num(results["message_size_bytes"]).fillna(fallback)
+    out["batch_size"] = _num(results["batch_num_messages"])
+    out["message_timeout_ms"] = _num(results["message_timeout_ms"])
+    out["poll_interval_ms"] = _num(results["poll_interval_ms"]).fillna(0.0)
+    return out
+
+
+def arrival_rate(results: pd.DataFrame) -> pd.Series:
+    """Arrival rate lambda = sent / window length, messages/s (NaN where the window is empty)."""
+    seconds = (_num(results["window_end_ms"]) - _num(results["window_start_ms"])) / 1000.0
+    rate = _num(results["sent"]) / seconds.where(seconds > 0)
+    return rate.where(rate > 0)
+
+
+def _error(frame: pd.DataFrame, rows: pd.Index, stage: str, exc: BaseException | str) -> None:
+    text = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+    frame.loc[rows, "predict_error"] = f"{stage}: {text}"[:500]
+
+
+def _gammas(out: pd.DataFrame, rows: pd.Index, pred: pd.DataFrame | None, weights: Any) -> None:
+    """Fill gamma_actual (R_l, R_d) and gamma_predicted (P_l, P_d) of ``rows`` (see the module docstring)."""
+    from predictor import kpi
+
+    lam = arrival_rate(out.loc[rows])
+    n_p = _num(out.loc[rows, "producers"]).fillna(1.0).clip(lower=1.0)
+    loss = _num(out.loc[rows, "loss_rate"])
+    dup = _num(out.loc[rows, "duplicate_rate"]).clip(upper=1.0)  # R_d exceeds 1 if copies outnumber sent
+    if pred is not None:
+        tp = pred.loc[rows, "throughput_msgs_per_s"]
+        mu = (n_p * tp / lam).clip(0.0, 1.0).where(tp.notna() & lam.notna(), 1.0)
+    else:
+        mu = pd.Series(1.0, index=rows)
+    ok = loss.notna() & dup.notna()
+    if ok.any():
+        r_l, r_d, m = loss[ok].to_numpy(), dup[ok].to_numpy(), mu[ok].to_numpy()
+        out.loc[ok[ok].index, "gamma_actual"] = kpi.gamma(m * (1.0 - r_l), m, r_l, r_d, weights)
+    if pred is not None:
+        p_ok = pred.loc[rows, "p_loss"].notna() & pred.loc[rows, "p_dup"].notna()
+        if p_ok.any():
+            idx = p_ok[p_ok].index
+            p_l, p_d = pred.loc[idx, "p_loss"].to_numpy(), pred.loc[idx, "p_dup"].to_numpy()
+            m = mu[idx].to_numpy()
+            out.loc[idx, "gamma_predicted"] = kpi.gamma(m * (1.0 - p_l), m, p_l, p_d, weights)
+
+
+def _suggest(
+    out: pd.DataFrame, i: Any, target: float, weights: Any, model: PredictorLike, suggest: Callable[..., Any]
+) -> tuple[str, float] | None:
+    r = out.loc[i]
+    producers = int(r["producers"]) if pd.notna(r["producers"]) and int(r["producers"]) >= 1 else 1
+    config = {
+        "acks": str(r["acks"]),
+        "batch.num.messages": int(r["batch_num_messages"]),
+        "message.timeout.ms": int(r["message_timeout_ms"]),
+        "poll_interval_ms": float(r["poll_interval_ms"]) if pd.notna(r["poll_interval_ms"]) else 0.0,
+        "producers": producers,
+    }
+    lam = arrival_rate(out.loc[[i]]).iloc[0]
+    network = {
+        "packet_loss_pct": float(r["_L"]),
+        "delay_ms": float(r["_D"]),
+        "message_size_bytes": float(r["_M"]),
+        "arrival_rate_msgs_per_s": float(lam) if pd.notna(lam) else None,
+    }
+    s = suggest(config, network, target, weights, model)
+    return (s.explanation, float(s.predicted_after.gamma)) if s is not None else None
+
+
+def add_predictions(
+    results: pd.DataFrame,
+    config: KpiConfig,
+    load: Callable[[], PredictorLike] | None,
+) -> pd.DataFrame:
+    """Return ``results`` with the live-comparison columns filled for final windows (see module docstring).
+
+    Args:
+        results: Rows of the reconciler's output (result, dead-letter, late and producer rows).
+        config: Topic weights, targets and message-size fallbacks.
+        load: Returns the predictor; called only if a final window needs it (a failure is recorded
+            as stage ``model``). None predicts nothing (gamma_actual with mu = 1).
+
+    Returns:
+        A copy with ``p_loss``..``p_dup_hi``, ``gamma_actual``, ``gamma_predicted``, ``gamma_target``,
+        ``suggestion``, ``suggested_gamma`` and ``predict_error`` set on the predictable rows (others
+        untouched). Never raises for a prediction problem.
+    """
+    from predictor import kpi
+    from predictor.suggest import suggest
+
+    out = results.copy()
+    for col in (*_BOUNDS, "gamma_actual", "gamma_predicted", "gamma_target", "suggested_gamma"):
+        if col not in out:
+            out[col] = np.nan
+        out[col] = out[col].astype("float64")
+    for col in ("suggestion", "predict_error"):
+        if col not in out:
+            out[col] = None
+        out[col] = out[col].astype("object")
+    todo = predictable(out)
+    if not todo.any():
+        return out
+    rows = todo[todo].index
+    per_topic = {t: config.for_topic(t) for t in out.loc[rows, "topic"].unique()}
+    out.loc[rows, "gamma_target"] = out.loc[rows, "topic"].map(lambda t: per_topic[t][1]).astype("float64")
+    sizes = out.loc[rows, "topic"].map(lambda t: per_topic[t][2]).astype("float64")
+    features = feature_frame(out.loc[rows], sizes)
+    out.loc[rows, "_L"] = features["packet_loss_pct"]
+    out.loc[rows, "_D"] = features["delay_ms"]
+    out.loc[rows, "_M"] = features["message_size_bytes"]
+
+    predictor: PredictorLike | None = None
+    if load is not None:
+        try:
+            predictor = load()
+        except Exception as exc:  # a missing or broken model must not fail the batch
+            _error(out, rows, "model", exc)
+    pred: pd.DataFrame | None = None
+    if predictor is not None:
+        bad_acks = features["acks"].isna()
+        if bad_acks.any():
+            _error(out, bad_acks[bad_acks].index, "input", "acks is not one of 0, 1, all, -1")
+        try:
+            pred = predictor.predict(features, invalid="nan")
+        except Exception as exc:
+            _error(out, rows, "predict", exc)
+        if pred is not None:
+            missing = pred["p_loss"].isna() & ~bad_acks
+            if missing.any():
+                _error(out, missing[missing].index, "input", "a feature is out of the model's range")
+            for col in _BOUNDS:
+                out.loc[rows, col] = pred[col]
+
+    for topic, (stream, target, _) in per_topic.items():
+        mine = rows[(out.loc[rows, "topic"] == topic).to_numpy()]
+        try:
+            weights = kpi.Weights.preset(stream)
+            _gammas(out, mine, pred, weights)
+        except Exception as exc:
+            _error(out, mine, "kpi", exc)
+            continue
+        if predictor is None or pred is None:
+            continue
+        below = _num(out.loc[mine, "gamma_actual"]) < target
+        cache: dict[tuple[Any, ...], tuple[str, float] | None] = {}
+        for i in below[below].index:
+            if pd.isna(out.at[i, "p_loss"]):
+                continue
+            key = tuple(out.at[i, c] for c in _SUGGEST_KEY)
+            try:
+                if key not in cache:
+                    cache[key] = _suggest(out, i, target, weights, predictor, suggest)
+            except Exception as exc:
+                _error(out, pd.Index([i]), "suggest", exc)
+                continue
+            if cache[key] is not None:
+                out.at[i, "suggestion"], out.at[i, "suggested_gamma"] = cache[key]
+    return out.drop(columns=["_L", "_D", "_M"])
+
+
+# ---------------------------------------------------------------------------------------------- in Spark
+_MODELS: dict[str | None, Any] = {}
+
+
+def load_model(model_dir: str | None) -> Any:
+    """Return the predictor of ``model_dir`` (None: the shipped default), loaded once per process.
+
+    In a Spark Python worker this is once per worker (workers are reused across tasks). Torch runs on
+    one thread: Spark already runs one task per core.
+
+    Raises:
+        ConfigError: if the directory is not a model directory.
+    """
+    if model_dir not in _MODELS:
+        import torch
+
+        from predictor.model import Predictor, default_predictor
+
+        torch.set_num_threads(1)
+        _MODELS[model_dir] = default_predictor() if model_dir is None else Predictor.load(Path(model_dir))
+    return _MODELS[model_dir]
+
+
+def make_predict_step(
+    config: KpiConfig, columns: list[str]
+) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
+    """Return the ``mapInPandas`` function of the predict step.
+
+    Args:
+        config: Topic weights, targets, fallbacks and the model directory.
+        columns: Output column order (the reconciler's output schema, unchanged).
+    """
+
+    def predict_batches(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for pdf in batches:
+            if not predictable(pdf).any():
+                yield pdf
+                continue
+            try:
+                done = add_predictions(pdf, config, lambda: load_model(config.model_dir))
+            except Exception as exc:  # last resort: the window results must still be written
+                log.exception("prediction step failed")
+                done = pdf.copy()
+                rows = predictable(done)
+                done["predict_error"] = done["predict_error"].astype("object")
+                done.loc[rows, "predict_error"] = f"predict: {type(exc).__name__}: {exc}"[:500]
+            yield done[columns]
+
+    return predict_batches
+
+
+def prediction_failures(rows: list[Mapping[str, Any]]) -> dict[tuple[str, str], int]:
+    """Count result rows with a ``predict_error`` by (topic, stage) (driver side, for the metrics)."""
+    counts: dict[tuple[str, str], int] = {}
+    for r in rows:
+        err = r.get("predict_error")
+        if err:
+            key = (str(r["topic"]), str(err).split(":", 1)[0])
+            counts[key] = counts.get(key, 0) + 1
+    return counts
