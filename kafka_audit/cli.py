@@ -41,6 +41,18 @@ ExtraProps = Annotated[
 ]
 
 
+AlertmanagerUrl = Annotated[
+    str | None,
+    typer.Option(
+        help="Send alerts to this Prometheus Alertmanager (http://host:9093); env KAFKA_AUDIT_ALERTS_*."
+    ),
+]
+WebhookUrl = Annotated[str | None, typer.Option(help="Send alerts to this JSON webhook.")]
+GammaTarget = Annotated[
+    float | None, typer.Option(help="KPI gamma target (0-1] of every topic; below it: suggestion and alert.")
+]
+
+
 def _fail(exc: Exception) -> typer.Exit:
     err_console.print(f"[bold red]error:[/] {exc}")
     return typer.Exit(2)
@@ -339,11 +351,28 @@ def spark_job(
     ),
     metrics_port: Annotated[int, typer.Option(help="Prometheus exporter port on 127.0.0.1 (0 = none).")] = 0,
     bootstrap_servers: Bootstrap = None,
+    alerts: Annotated[
+        bool, typer.Option(help="Evaluate the alert rules (alerts topic, Alertmanager, webhook).")
+    ] = True,
+    alertmanager_url: AlertmanagerUrl = None,
+    webhook_url: WebhookUrl = None,
+    gamma_target: GammaTarget = None,
 ) -> None:
-    """Run only the Spark reconciliation job (audit topic -> results topic, Parquet, Prometheus)."""
+    """Run only the Spark reconciliation job (audit topic -> results topic, Parquet, Prometheus, alerts)."""
+    from alerts.settings import load_settings
     from spark_streaming.job import ReconciliationJob
     from spark_streaming.settings import SparkJobSettings
 
+    try:
+        alert_settings = (
+            load_settings(
+                alertmanager_url=alertmanager_url, webhook_url=webhook_url, gamma_target=gamma_target
+            )
+            if alerts
+            else None
+        )
+    except KafkaAuditError as exc:
+        raise _fail(exc) from exc
     settings = SparkJobSettings(
         bootstrap_servers=_bootstrap(bootstrap_servers),
         master=master,
@@ -356,6 +385,7 @@ def spark_job(
         results_topic=results_topic,
         query_name=query_name,
         metrics_port=metrics_port,
+        **({"gamma_target": gamma_target} if gamma_target is not None else {}),
     )
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -368,6 +398,7 @@ def spark_job(
                 f"{sum(r['state'] != 'final' for r in rows)} provisional window result(s)"
             )
         ],
+        alerts=alert_settings,
     )
     try:
         job.start()
@@ -408,6 +439,9 @@ def up(
         typer.Option("--bootstrap-servers", "-b", help="Use this cluster instead of starting a local one."),
     ] = None,
     x: ExtraProps = None,
+    alertmanager_url: AlertmanagerUrl = None,
+    webhook_url: WebhookUrl = None,
+    gamma_target: GammaTarget = None,
 ) -> None:
     """Run the whole platform: Kafka (local unless -b), audit consumer, Spark job, load; live table."""
     from kafka_audit.platform import Platform, results_table
@@ -416,6 +450,11 @@ def up(
     try:
         settings = load_up_settings(
             config,
+            alerts={
+                "alertmanager_url": alertmanager_url,
+                "webhook_url": webhook_url,
+                "gamma_target": gamma_target,
+            },
             scenario=scenario,
             duration_s=duration,
             rate=rate,

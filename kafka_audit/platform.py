@@ -1,9 +1,11 @@
 """``kafka-audit up``: the whole platform in one command, on the embedded default or a given cluster.
 
 Starts (in order, top to bottom of the data flow) the local Kafka cluster unless
-``--bootstrap-servers`` is given, the audit consumer, the Spark reconciliation job, and optionally an
-audited load scenario; shows a live table of window results; stops everything (by PID / in reverse
-order) on Ctrl-C, SIGTERM or when the scenario's windows are final.
+``--bootstrap-servers`` is given, the audit consumer, the Spark reconciliation job (with the live
+comparison and the alert pipeline: alerts topic, and Alertmanager / webhook when configured), and
+optionally an audited load scenario; shows a live table of window results, measured next to
+predicted; stops everything (by PID / in reverse order) on Ctrl-C, SIGTERM or when the scenario's
+windows are final.
 """
 
 from __future__ import annotations
@@ -38,45 +40,89 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.2f}%"
 
 
+def _interval(p: float | None, lo: float | None, hi: float | None) -> str:
+    """P_l with its 90% interval: ``1.23% [0.50-2.00]`` (percent)."""
+    if p is None:
+        return "-"
+    if lo is None or hi is None:
+        return _pct(p)
+    return f"{100 * p:.2f}% [{100 * lo:.2f}-{100 * hi:.2f}]"
+
+
+def _gamma(r: dict[str, Any], show_target: bool) -> str:
+    """Return gamma actual / predicted (Eq. 2), red when actual is below the target."""
+    actual, predicted, target = r.get("gamma_actual"), r.get("gamma_predicted"), r.get("gamma_target")
+    if actual is None:
+        return "-"
+    text = f"{actual:.2f}/" + ("-" if predicted is None else f"{predicted:.2f}")
+    if show_target and target is not None:
+        text += f" <{target:.2f}" if actual < target else f" ≥{target:.2f}"
+    if target is None:
+        return text
+    return f"[red]{text}[/]" if actual < target else f"[green]{text}[/]"
+
+
+def short_suggestion(text: str | None) -> str:
+    """Return a suggestion's changes only, e.g. ``batch.num.messages 1→8`` (the alert has the numbers)."""
+    if not text:
+        return ""
+    head = text.split(":", 1)[0]
+    for verb in ("raise ", "lower ", "set ", "scale "):
+        head = head.replace(verb, "")
+    return head.replace(" -> ", "→")
+
+
 def results_table(
     rows: dict[tuple[str, int, str], dict[str, Any]],
     progress: dict[str, Any],
     limit: int = 20,
     final_only: bool = False,
 ) -> Table:
-    """Build the live / closing table: newest window results first."""
+    """Build the live / closing table: newest window results first, measured next to predicted.
+
+    Per window: messages sent, the measured R_l and R_d, the predicted P_l (with its 90% interval) and
+    P_d, gamma actual / predicted (red below the target) and the suggested configuration change; the
+    prediction columns fill in when a window is final. Fits 140 columns; the tier column appears only
+    when more than one cluster tier is shown (else the title names it), likewise the gamma target.
+    """
     from datetime import UTC, datetime
 
-    lag = progress.get("lag_s")
-    title = "kafka-audit: window results" + (f" (audit lag {lag:.1f} s)" if lag is not None else "")
-    table = Table(title=title)
-    for col in (
-        "topic",
-        "window (UTC)",
-        "tier",
-        "sent",
-        "received",
-        "unique",
-        "R_l",
-        "R_d",
-        "completeness",
-        "state",
-    ):
-        table.add_column(col, justify="left" if col in ("topic", "tier", "state") else "right")
     chosen = [r for r in rows.values() if not final_only or r["state"] == "final"]
-    for r in sorted(chosen, key=lambda r: (r["window_start_ms"], r["topic"]), reverse=not final_only)[:limit]:
-        table.add_row(
-            r["topic"],
+    chosen = sorted(chosen, key=lambda r: (r["window_start_ms"], r["topic"]), reverse=not final_only)[:limit]
+    tiers = sorted({r["tier"] for r in chosen})
+    targets = sorted({r["gamma_target"] for r in chosen if r.get("gamma_target") is not None})
+    notes = []
+    if len(tiers) == 1:
+        notes.append(tiers[0])
+    lag = progress.get("lag_s")
+    if lag is not None:
+        notes.append(f"audit lag {lag:.1f} s")
+    if len(targets) == 1:
+        notes.append(f"gamma actual/predicted, target {targets[0]:.2f}")
+    table = Table(title="kafka-audit: window results" + (f" ({', '.join(notes)})" if notes else ""))
+    columns = ["topic", *(["tier"] if len(tiers) > 1 else []), "window (UTC)", "sent", "R_l"]
+    columns += ["P_l [90%]", "R_d", "P_d", "gamma", "suggestion", "state"]
+    for col in columns:
+        if col == "suggestion":
+            table.add_column(col, overflow="fold", max_width=30)
+        else:
+            table.add_column(col, justify="left" if col in ("topic", "tier", "state") else "right")
+    for r in chosen:
+        cells = [r["topic"]]
+        if len(tiers) > 1:
+            cells.append(r["tier"].removeprefix("cluster:"))
+        cells += [
             datetime.fromtimestamp(r["window_start_ms"] / 1000, UTC).strftime("%H:%M:%S"),
-            r["tier"],
             f"{r['sent']:,}",
-            f"{r['received']:,}",
-            f"{r['unique']:,}",
             _pct(r["loss_rate"]),
+            _interval(r.get("p_loss"), r.get("p_loss_lo"), r.get("p_loss_hi")),
             _pct(r["duplicate_rate"]),
-            _pct(r["completeness"]),
+            _pct(r.get("p_dup")),
+            _gamma(r, show_target=len(targets) > 1),
+            short_suggestion(r.get("suggestion")),
             "[green]final[/]" if r["state"] == "final" else "[yellow]provisional[/]",
-        )
+        ]
+        table.add_row(*cells)
     return table
 
 
@@ -144,8 +190,10 @@ class Platform:
                 metrics_port=s.metrics_port,
                 checkpoint_dir=s.data_dir / "spark" / "checkpoint",
                 parquet_dir=s.data_dir / "spark" / "results",
+                topic_kpi=s.kpi,
             ),
             listeners=[self._on_results],
+            alerts=s.alerts,
         )
         with self.console.status(f"starting Spark ({s.master}) ..."):
             self.job.start()

@@ -3,7 +3,10 @@
 Environment variables use the prefix ``KAFKA_AUDIT_UP_`` (``KAFKA_AUDIT_UP_WINDOW_MS=10000``);
 ``producer_config`` holds librdkafka properties passed through to the load producers. The ``[kafka]``
 section (:class:`~kafka_audit.security.KafkaSecurity`: TLS, SASL) secures every client; what it leaves
-out comes from ``KAFKA_AUDIT_KAFKA_*`` (keep the password there, not in the file).
+out comes from ``KAFKA_AUDIT_KAFKA_*`` (keep the password there, not in the file). The ``[alerts]``
+section (:class:`~alerts.settings.AlertSettings`: ``alertmanager_url``, ``webhook_url``,
+``gamma_target``, rule thresholds) works the same way with ``KAFKA_AUDIT_ALERTS_*``; ``[topic_kpi.<topic>]``
+sections set a topic's stream type and gamma target (:class:`~spark_streaming.settings.TopicKpi`).
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from alerts.settings import AlertSettings, load_settings
 from kafka_audit.errors import ConfigError
 from kafka_audit.security import KafkaSecurity
+from spark_streaming.settings import TopicKpi
 
 SCENARIOS = ("social", "weblog", "game")
 
@@ -38,6 +43,10 @@ class UpSettings(BaseSettings):
         scenario, rate, duration_s: Optional audited load: profile, messages/s, seconds.
         producer_config: librdkafka properties for the load producers.
         kafka: TLS / SASL settings of every Kafka client (``[kafka]`` section; default KAFKA_AUDIT_KAFKA_*).
+        alerts: Alert rules and sinks (``[alerts]`` section; default KAFKA_AUDIT_ALERTS_*). Its
+            ``gamma_target`` (default 0.9) is also the target the job writes into every final window.
+        topic_kpi: Per-topic stream type / gamma target / message size (``[topic_kpi."<topic>"]``); the
+            scenario's topic defaults to the scenario's stream type (Table II weights).
     """
 
     model_config = SettingsConfigDict(env_prefix="KAFKA_AUDIT_UP_", frozen=True)
@@ -61,6 +70,8 @@ class UpSettings(BaseSettings):
     duration_s: float | None = None
     producer_config: dict[str, str] = Field(default_factory=dict)
     kafka: KafkaSecurity = Field(default_factory=KafkaSecurity.from_env)
+    alerts: AlertSettings = Field(default_factory=load_settings)
+    topic_kpi: dict[str, TopicKpi] = Field(default_factory=dict)
 
     def model_post_init(self, context: Any) -> None:
         """Check values that pydantic's types cannot.
@@ -82,6 +93,16 @@ class UpSettings(BaseSettings):
     def scenario_topic(self) -> str | None:
         """Topic the scenario's load goes to: ``audit.<scenario>``."""
         return f"audit.{self.scenario}" if self.scenario else None
+
+    @property
+    def kpi(self) -> dict[str, TopicKpi]:
+        """``topic_kpi`` with the scenario's topic defaulting to the scenario's stream type."""
+        out = dict(self.topic_kpi)
+        if self.scenario_topic is not None:
+            own = out.get(self.scenario_topic, TopicKpi())
+            if own.stream_type is None:
+                out[self.scenario_topic] = own.model_copy(update={"stream_type": self.scenario})
+        return out
 
     @property
     def all_topics(self) -> list[str]:
@@ -113,8 +134,16 @@ class UpSettings(BaseSettings):
         return tuple(sources)
 
 
-def load_up_settings(config_file: Path | None, **overrides: Any) -> UpSettings:
+def load_up_settings(
+    config_file: Path | None, alerts: dict[str, Any] | None = None, **overrides: Any
+) -> UpSettings:
     """Build settings from a config file (optional), the environment and non-None ``overrides``.
+
+    Args:
+        config_file: TOML or YAML file with UpSettings keys.
+        alerts: Alert settings from the command line (``alertmanager_url``, ``webhook_url``,
+            ``gamma_target``...); non-None values win over the ``[alerts]`` section and the environment.
+        overrides: UpSettings keys from the command line.
 
     Raises:
         ConfigError: for a missing file or an invalid value (naming the key and what is allowed).
@@ -123,7 +152,12 @@ def load_up_settings(config_file: Path | None, **overrides: Any) -> UpSettings:
         raise ConfigError(f"config file {config_file} does not exist")
     UpSettings.config_file = config_file
     try:
-        return UpSettings(**{k: v for k, v in overrides.items() if v is not None})
+        settings = UpSettings(**{k: v for k, v in overrides.items() if v is not None})
+        flags = {k: v for k, v in (alerts or {}).items() if v is not None}
+        if not flags:
+            return settings
+        merged = load_settings(**{**settings.alerts.model_dump(exclude_unset=True), **flags})
+        return settings.model_copy(update={"alerts": merged})
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(x) for x in e['loc']) or 'settings'}: {e['msg'].removeprefix('Value error, ')}"
