@@ -1,0 +1,339 @@
+"""The live comparison without Spark: feature building, gamma and suggestion columns, metrics, live table."""
+
+import math
+
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from kafka_audit.errors import ConfigError
+from kafka_audit.platform import results_table, short_suggestion
+from kafka_audit.up_settings import load_up_settings
+from predictor.features import FEATURES
+from predictor.kpi import Weights, gamma
+from predictor.model import default_predictor
+from predictor.suggest import suggest
+from spark_streaming.metrics import ResultMetrics
+from spark_streaming.predict import (
+    KpiConfig,
+    add_predictions,
+    feature_frame,
+    make_predict_step,
+    prediction_failures,
+)
+from spark_streaming.settings import SparkJobSettings
+from spark_streaming.state import OUTPUT_COLUMNS, PREDICTION_COLUMNS
+
+TOPIC = "audit.weblog"
+
+
+def _row(**kw):
+    row = {c: None for c in OUTPUT_COLUMNS}
+    row.update(
+        kind="result",
+        topic=TOPIC,
+        window_start_ms=0,
+        window_end_ms=10_000,
+        tier="cluster:local",
+        state="final",
+        sent=5_000,
+        unique=4_250,
+        duplicated=0,
+        producers=1,
+        loss_rate=0.15,
+        duplicate_rate=0.0,
+        acks="1",
+        batch_num_messages=1,
+        message_timeout_ms=500,
+        poll_interval_ms=None,
+        rtt_avg_ms=2.0,
+        delay_ms_est=1.0,
+        packet_loss_pct_est=15.0,
+        message_size_bytes=200.0,
+    )
+    row.update(kw)
+    return row
+
+
+CONFIG = KpiConfig(topics={TOPIC: ("weblog", None, None)}, gamma_target=0.9)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return default_predictor()
+
+
+def test_feature_frame_maps_window_columns_to_the_predictor_inputs():
+    rows = pd.DataFrame(
+        [
+            _row(acks="all", poll_interval_ms=2.0),
+            _row(acks="-1", packet_loss_pct_est=None, delay_ms_est=None, message_size_bytes=None),
+            _row(acks="0"),
+            _row(acks="2"),
+        ]
+    )
+    f = feature_frame(rows, pd.Series([1.0, 321.0, 1.0, 1.0]))
+    assert list(f.columns) == list(FEATURES)
+    assert list(f["acks"].iloc[:3]) == [1.0, 1.0, 0.0] and math.isnan(f["acks"].iloc[3])
+    assert f.iloc[0][["packet_loss_pct", "delay_ms", "message_size_bytes", "poll_interval_ms"]].tolist() == [
+        15.0,
+        1.0,
+        200.0,
+        2.0,
+    ]
+    # unknown L, D -> 0; no measured M -> the topic's setting; unknown polling interval -> 0 (full load)
+    assert f.iloc[1][["packet_loss_pct", "delay_ms", "message_size_bytes", "poll_interval_ms"]].tolist() == [
+        0.0,
+        0.0,
+        321.0,
+        0.0,
+    ]
+    assert f.iloc[0][["batch_size", "message_timeout_ms"]].tolist() == [1.0, 500.0]
+
+
+def test_final_windows_get_predictions_gammas_and_a_suggestion_below_target(model):
+    rows = pd.DataFrame(
+        [
+            _row(),  # 15% measured loss, batch 1, timeout 500 ms at L=15%: well below target
+            _row(state="provisional"),
+            _row(loss_rate=0.0, unique=5_000, packet_loss_pct_est=0.0, batch_num_messages=10_000),
+            {**{c: None for c in OUTPUT_COLUMNS}, "kind": "producer", "topic": TOPIC, "producer_id": "p"},
+        ]
+    )
+    out = add_predictions(rows, CONFIG, lambda: model)
+    bad, prov, good, producer = (out.iloc[i] for i in range(4))
+    features = feature_frame(rows.iloc[[0]], 1000.0)
+    expected = model.predict(features).iloc[0]
+    for col in ("p_loss", "p_loss_lo", "p_loss_hi", "p_dup", "p_dup_lo", "p_dup_hi"):
+        assert bad[col] == pytest.approx(expected[col])
+    assert bad["p_loss_lo"] <= bad["p_loss"] <= bad["p_loss_hi"]
+    # Eq. 2 with weblog weights; mu from the predicted throughput and lambda = 5000 / 10 s
+    w = Weights.preset("weblog")
+    mu = min(1.0, expected["throughput_msgs_per_s"] / 500.0)
+    assert bad["gamma_actual"] == pytest.approx(gamma(mu * 0.85, mu, 0.15, 0.0, w))
+    assert bad["gamma_predicted"] == pytest.approx(
+        gamma(mu * (1 - expected["p_loss"]), mu, expected["p_loss"], expected["p_dup"], w)
+    )
+    assert bad["gamma_target"] == 0.9 and bad["gamma_actual"] < 0.9
+    direct = suggest(
+        {
+            "acks": "1",
+            "batch.num.messages": 1,
+            "message.timeout.ms": 500,
+            "poll_interval_ms": 0.0,
+            "producers": 1,
+        },
+        {
+            "packet_loss_pct": 15.0,
+            "delay_ms": 1.0,
+            "message_size_bytes": 200.0,
+            "arrival_rate_msgs_per_s": 500.0,
+        },
+        0.9,
+        w,
+        model,
+    )
+    assert bad["suggestion"] == direct.explanation and "->" in bad["suggestion"]
+    assert bad["suggested_gamma"] == pytest.approx(direct.predicted_after.gamma)
+    assert bad["predict_error"] is None
+    assert all(pd.isna(prov[c]) for c in PREDICTION_COLUMNS)
+    assert good["gamma_actual"] >= 0.9 and good["suggestion"] is None and good["p_loss"] < 0.01
+    assert producer["producer_id"] == "p" and pd.isna(producer["p_loss"])
+
+
+def test_topic_targets_and_stream_types_come_from_the_settings(model):
+    s = SparkJobSettings(
+        stream_type="game",
+        message_size_bytes=512,
+        topic_kpi={"orders": {"stream_type": "social", "gamma_target": 0.5}},
+    )
+    cfg = KpiConfig.from_settings(s, 0.95)
+    assert cfg.for_topic("orders") == ("social", 0.5, 512)
+    assert cfg.for_topic("other") == ("game", 0.95, 512)
+    out = add_predictions(pd.DataFrame([_row(topic="orders"), _row(topic="other")]), cfg, lambda: model)
+    assert out["gamma_target"].tolist() == [0.5, 0.95]
+    assert out["suggestion"].iloc[0] is None  # gamma above the lenient target: no suggestion
+    with pytest.raises(ValueError, match="stream_type"):
+        SparkJobSettings(topic_kpi={"orders": {"stream_type": "video"}})
+
+
+class Broken:
+    def predict(self, frame, invalid="raise"):
+        raise RuntimeError("weights corrupt")
+
+
+def test_failures_leave_predictions_null_never_raise_and_are_counted(model):
+    rows = pd.DataFrame([_row(), _row(state="provisional")])
+
+    def no_model():
+        raise ConfigError("--model /nope: not a model directory")
+
+    for load, stage in ((no_model, "model"), (lambda: Broken(), "predict")):
+        out = add_predictions(rows, CONFIG, load)
+        assert out["predict_error"].iloc[0].startswith(f"{stage}: ")
+        assert pd.isna(out["p_loss"].iloc[0]) and out["suggestion"].iloc[0] is None
+        # gamma_actual still judged (mu = 1 without a throughput prediction), so the gamma alert works
+        assert out["gamma_actual"].iloc[0] == pytest.approx(
+            gamma(0.85, 1.0, 0.15, 0.0, Weights.preset("weblog"))
+        )
+        assert out["predict_error"].iloc[1] is None
+    out = add_predictions(
+        pd.DataFrame([_row(batch_num_messages=0), _row(acks="2"), _row()]), CONFIG, lambda: model
+    )
+    assert out["predict_error"].tolist()[:2] == [
+        "input: a feature is out of the model's range",
+        "input: acks is not one of 0, 1, all, -1",
+    ]
+    assert out["predict_error"].iloc[2] is None and not pd.isna(out["p_loss"].iloc[2])
+    assert prediction_failures(out.to_dict("records")) == {(TOPIC, "input"): 2}
+
+
+def test_predict_step_passes_other_batches_through_and_keeps_the_column_order(model):
+    step = make_predict_step(CONFIG, OUTPUT_COLUMNS)
+    provisional = pd.DataFrame([_row(state="provisional")], columns=OUTPUT_COLUMNS)
+    [same] = list(step(iter([provisional])))
+    assert same is provisional
+    [done] = list(step(iter([pd.DataFrame([_row()], columns=OUTPUT_COLUMNS)])))
+    assert list(done.columns) == OUTPUT_COLUMNS and done["p_loss"].notna().all()
+
+
+def _final(**kw):
+    base = _row(
+        p_loss=0.2,
+        p_loss_lo=0.1,
+        p_loss_hi=0.3,
+        p_dup=0.01,
+        p_dup_lo=0.0,
+        p_dup_hi=0.02,
+        gamma_actual=0.8,
+        gamma_predicted=0.7,
+        gamma_target=0.9,
+        suggestion="raise batch.num.messages 1 -> 4: predicted P_l 0.63 -> 0.04, gamma 0.71 -> 0.93",
+        suggested_gamma=0.93,
+        completeness=0.85,
+        unaudited_producers=2,
+    )
+    base.update(kw)
+    return base
+
+
+def test_metrics_follow_the_newest_final_window():
+    m = ResultMetrics()
+    reg = m.registry
+    lab = {"topic": TOPIC, "tier": "cluster:local"}
+    m.observe([_final(window_start_ms=10_000), _final(window_start_ms=0, gamma_actual=0.1)], [], [])
+    assert reg.get_sample_value("kafka_audit_gamma", {**lab, "kind": "actual"}) == 0.8
+    assert reg.get_sample_value("kafka_audit_gamma", {**lab, "kind": "predicted"}) == 0.7
+    assert reg.get_sample_value("kafka_audit_gamma_target", lab) == 0.9
+    assert reg.get_sample_value("kafka_audit_unaudited_producers", lab) == 2
+    for bound, value in (("p05", 0.1), ("p50", 0.2), ("p95", 0.3)):
+        assert reg.get_sample_value("kafka_audit_predicted_loss_ratio", {**lab, "bound": bound}) == value
+    assert reg.get_sample_value("kafka_audit_predicted_duplicate_ratio", {**lab, "bound": "p95"}) == 0.02
+    text = _final()["suggestion"]
+    assert reg.get_sample_value("kafka_audit_suggestion_info", {**lab, "suggestion": text}) == 0.93
+    # A newer window without prediction or suggestion removes them (no stale numbers on the dashboard).
+    m.observe(
+        [_final(window_start_ms=20_000, p_loss=None, suggestion=None, predict_error="model: gone")], [], []
+    )
+    assert reg.get_sample_value("kafka_audit_predicted_loss_ratio", {**lab, "bound": "p50"}) is None
+    assert reg.get_sample_value("kafka_audit_suggestion_info", {**lab, "suggestion": text}) is None
+    assert (
+        reg.get_sample_value("kafka_audit_prediction_failures_total", {"topic": TOPIC, "stage": "model"}) == 1
+    )
+
+
+def test_producer_metrics_follow_the_newest_snapshot_and_expire():
+    m = ResultMetrics(producer_ttl_s=60)
+    reg = m.registry
+    snap = dict(
+        kind="producer",
+        producer_id="p1",
+        topic=TOPIC,
+        acks="1",
+        batch_num_messages=1,
+        message_timeout_ms=500,
+        linger_ms=5.0,
+        enable_idempotence=False,
+        rtt_avg_ms=12.0,
+        tx_retries=3,
+        result_at_ms=1,
+    )
+    m.observe_producers([snap], now_s=1_000)
+    info = {
+        "producer_id": "p1",
+        "topic": TOPIC,
+        "acks": "1",
+        "batch_num_messages": "1",
+        "message_timeout_ms": "500",
+        "linger_ms": "5",
+        "enable_idempotence": "false",
+    }
+    assert reg.get_sample_value("kafka_audit_producer_info", info) == 1
+    assert (
+        reg.get_sample_value("kafka_audit_producer_rtt_seconds", {"producer_id": "p1", "topic": TOPIC})
+        == 0.012
+    )
+    m.observe_producers([{**snap, "batch_num_messages": 4, "tx_retries": 7, "result_at_ms": 2}], now_s=1_010)
+    assert reg.get_sample_value("kafka_audit_producer_info", info) is None  # the old configuration is gone
+    assert reg.get_sample_value("kafka_audit_producer_info", {**info, "batch_num_messages": "4"}) == 1
+    assert reg.get_sample_value("kafka_audit_producer_tx_retries", {"producer_id": "p1", "topic": TOPIC}) == 7
+    m.observe_producers([], now_s=1_071)
+    assert reg.get_sample_value("kafka_audit_producer_info", {**info, "batch_num_messages": "4"}) is None
+    assert (
+        reg.get_sample_value("kafka_audit_producer_rtt_seconds", {"producer_id": "p1", "topic": TOPIC})
+        is None
+    )
+
+
+def test_live_table_shows_predicted_next_to_actual_within_140_columns():
+    rows = {}
+    for i, r in enumerate([_final(loss_rate=0.15, gamma_actual=0.81), _row(state="provisional")]):
+        r["window_start_ms"] = i * 10_000
+        rows[(r["topic"], r["window_start_ms"], r["tier"])] = r
+    console = Console(width=140, record=True, color_system=None)
+    console.print(results_table(rows, {"lag_s": 3.0}))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 140
+    header = next(line for line in text.splitlines() if "R_l" in line)
+    assert header.index("R_l") < header.index("P_l [90%]") < header.index("R_d") < header.index("P_d")
+    final = next(line for line in text.splitlines() if "final" in line)
+    for cell in ("15.00%", "20.00% [10.00-30.00]", "1.00%", "0.81/0.70", "batch.num.messages 1→4"):
+        assert cell in final, (cell, final)
+    assert "target 0.90" in text and "cluster:local" in text
+    assert short_suggestion("lower message.timeout.ms 5000 -> 500, set acks 1 -> 0: predicted P_l ...") == (
+        "message.timeout.ms 5000→500, acks 1→0"
+    )
+
+
+def test_up_alert_settings_file_env_and_flags(tmp_path, monkeypatch):
+    cfg = tmp_path / "up.toml"
+    cfg.write_text(
+        'scenario = "weblog"\n[alerts]\nwebhook_url = "http://127.0.0.1:9/hook"\ngamma_target = 0.95\n'
+        '[topic_kpi."orders"]\ngamma_target = 0.8\n'
+    )
+    monkeypatch.setenv("KAFKA_AUDIT_ALERTS_DRIFT_WINDOWS", "5")
+    s = load_up_settings(cfg, alerts={"alertmanager_url": "http://127.0.0.1:9093", "gamma_target": None})
+    assert (str(s.alerts.webhook_url), str(s.alerts.alertmanager_url)) == (
+        "http://127.0.0.1:9/hook",
+        "http://127.0.0.1:9093/",
+    )
+    assert (s.alerts.gamma_target, s.alerts.drift_windows) == (0.95, 5)
+    assert s.kpi["audit.weblog"].stream_type == "weblog" and s.kpi["orders"].gamma_target == 0.8
+    assert load_up_settings(cfg, alerts={"gamma_target": 0.7}).alerts.gamma_target == 0.7
+    with pytest.raises(ConfigError, match="gamma_target"):
+        load_up_settings(cfg, alerts={"gamma_target": 2.0})
+    (tmp_path / "bad.toml").write_text("[alerts]\nalertmanager = 1\n")
+    with pytest.raises(ConfigError, match=r"alerts\.alertmanager"):
+        load_up_settings(tmp_path / "bad.toml")
+
+
+def test_job_resolves_the_gamma_target_and_alert_grace():
+    from alerts import AlertSettings
+    from spark_streaming.job import ReconciliationJob
+
+    s = SparkJobSettings(grace_ms=7_000)
+    assert ReconciliationJob(s).gamma_target == 0.9
+    job = ReconciliationJob(s, alerts=AlertSettings(gamma_target=0.95))
+    assert (job.gamma_target, job.alert_settings.grace_ms) == (0.95, 7_000)
+    job = ReconciliationJob(s.model_copy(update={"gamma_target": 0.8}), alerts=AlertSettings(grace_ms=1))
+    assert (job.gamma_target, job.alert_settings.grace_ms) == (0.8, 1)

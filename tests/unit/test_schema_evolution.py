@@ -1,0 +1,177 @@
+"""Audit record / window result schema evolution, the L estimate, and the D / L / M columns of a window."""
+
+import io
+
+import fastavro
+import pytest
+
+from audit_producer.network_stats import (
+    MIN_OUT_SEGMENTS,
+    TcpRetransmitMeter,
+    parse_statistics,
+    read_tcp_counters,
+)
+from audit_record import (
+    AuditRecord,
+    MalformedRecordError,
+    NetworkStats,
+    ProducerConfig,
+    codec,
+    decode,
+    encode,
+)
+from spark_streaming.reconcile import FINAL, compact, reconcile
+from spark_streaming.state import RESULT_COLUMNS
+
+# Fingerprints of the schemas as first released: records in topics today carry these. If a v1 file is
+# edited by mistake (anything but docs), these change and old records stop decoding.
+V1_FINGERPRINTS = {"audit_record.v1": "c90030dc5a999906", "window_result.v1": "1757e3af592444cc"}
+
+
+def _single_object(schema_name: str, body: dict) -> bytes:
+    buf = io.BytesIO()
+    buf.write(codec.SINGLE_OBJECT_MAGIC + codec.fingerprint(schema_name))
+    fastavro.schemaless_writer(buf, codec.schema(schema_name), body)
+    return buf.getvalue()
+
+
+def _record(**kw):
+    base = dict(
+        tier="producer",
+        source="app",
+        producer_id="app@h.1.ab",
+        topic="orders",
+        window_start_ms=60_000,
+        window_end_ms=120_000,
+        sent=10,
+        acknowledged=10,
+        bytes=2_000,
+        producer_config=ProducerConfig(
+            acks="all",
+            enable_idempotence=True,
+            batch_num_messages=4,
+            linger_ms=5.0,
+            message_timeout_ms=300,
+            message_send_max_retries=2,
+            retry_backoff_ms=100,
+        ),
+        network=NetworkStats(rtt_avg_ms=1.5, tx_retries=3, tcp_retransmit_pct=12.5),
+    )
+    base.update(kw)
+    return AuditRecord(**base)
+
+
+def test_v1_schemas_are_the_released_ones():
+    assert {n: codec.fingerprint(n).hex() for n in V1_FINGERPRINTS} == V1_FINGERPRINTS
+    assert codec.fingerprint("audit_record") != codec.fingerprint("audit_record.v1")
+
+
+def test_record_written_with_v1_schema_decodes_with_null_loss_estimate():
+    old = _record().to_avro()
+    del old["network"]["tcp_retransmit_pct"]  # the v1 writer has no such field
+    rec = decode(_single_object("audit_record.v1", old))
+    assert rec.network == NetworkStats(rtt_avg_ms=1.5, tx_retries=3, tcp_retransmit_pct=None)
+    assert (rec.sent, rec.producer_config.acks, rec.key()) == (10, "all", _record().key())
+
+
+def test_current_records_round_trip_the_loss_estimate_and_unknown_schemas_are_rejected():
+    assert decode(encode(_record())).network.tcp_retransmit_pct == 12.5
+    with pytest.raises(MalformedRecordError) as exc:
+        decode(codec.SINGLE_OBJECT_MAGIC + bytes.fromhex("0102030405060708") + b"\x00")
+    assert exc.value.reason == "wrong_schema"
+
+
+def test_window_result_written_with_v1_schema_decodes_with_null_predictions():
+    v1_fields = [f["name"] for f in codec.schema("window_result.v1")["fields"]]
+    row = {n: None for n, _ in RESULT_COLUMNS}
+    row.update(
+        topic="t",
+        window_start_ms=0,
+        window_end_ms=10,
+        tier="cluster:a",
+        state="final",
+        result_at_ms=5,
+        sent=4,
+        acknowledged=4,
+        failed=0,
+        received=4,
+        unique=4,
+        duplicated=0,
+        late=0,
+        stale=0,
+        unaudited=0,
+        producers=1,
+        unaudited_producers=0,
+        tx_retries=0,
+        request_timeouts=0,
+        loss_rate=0.0,
+    )
+    out = codec.decode_object(
+        "window_result", _single_object("window_result.v1", {k: row[k] for k in v1_fields})
+    )
+    assert out["loss_rate"] == 0.0 and out["sent"] == 4
+    new = [n for n, _ in RESULT_COLUMNS if n not in v1_fields]
+    assert "p_loss" in new and "suggestion" in new
+    assert all(out[n] is None for n in new)
+
+
+def _snmp(path, out_segs, retrans):
+    path.write_text(
+        "Ip: Forwarding DefaultTTL\nIp: 1 64\n"
+        "Tcp: RtoAlgorithm RtoMin OutSegs RetransSegs InErrs\n"
+        f"Tcp: 1 200 {out_segs} {retrans} 0\n"
+    )
+
+
+def test_tcp_retransmit_meter_ratio_over_the_interval(tmp_path):
+    snmp = tmp_path / "snmp"
+    _snmp(snmp, 1_000, 50)
+    assert read_tcp_counters(snmp) == (1_000, 50)
+    meter = TcpRetransmitMeter(snmp)
+    _snmp(snmp, 1_200, 80)
+    assert meter.sample() == pytest.approx(100 * 30 / 200)
+    _snmp(snmp, 1_200 + MIN_OUT_SEGMENTS - 1, 80)  # too few segments: no estimate, the interval extends
+    assert meter.sample() is None
+    _snmp(snmp, 1_400, 81)
+    assert meter.sample() == pytest.approx(100 * 1 / 200)
+    _snmp(snmp, 10, 0)  # counters went back (another namespace): start over
+    assert meter.sample() is None
+    assert TcpRetransmitMeter(tmp_path / "missing").sample() is None
+
+
+def test_the_real_proc_counters_are_read_on_linux():
+    counters = read_tcp_counters()
+    assert counters is not None and counters[0] >= counters[1] >= 0
+
+
+def test_parse_statistics_carries_the_loss_estimate():
+    stats = '{"brokers": {"b1": {"nodeid": 1, "rtt": {"cnt": 3, "avg": 4000, "p99": 9000}, "txretries": 2}}}'
+    n = parse_statistics(stats, 7.5)
+    assert (n.rtt_avg_ms, n.rtt_p99_ms, n.tx_retries, n.tcp_retransmit_pct) == (4.0, 9.0, 2, 7.5)
+    assert parse_statistics("not json", 1.0).tcp_retransmit_pct == 1.0
+
+
+def test_window_estimates_d_l_m_from_producer_snapshots():
+    p1 = compact(_record(producer_id="p1", sent=300, bytes=30_000), 0, 1)
+    p2 = compact(
+        _record(
+            producer_id="p2",
+            sent=100,
+            bytes=50_000,
+            network=NetworkStats(rtt_avg_ms=4.5, tcp_retransmit_pct=2.0),
+        ),
+        0,
+        2,
+    )
+    cluster = compact(
+        _record(tier="cluster:a", producer_id="p1", sent=0, bytes=0, received=300, unique=300), 1, 1
+    )
+    [row] = reconcile("orders", 60_000, 120_000, [p1, p2, cluster], ["a"], FINAL)
+    assert row["delay_ms_est"] == pytest.approx((1.5 + 4.5) / 2 / 2)  # D = mean RTT / 2
+    assert row["packet_loss_pct_est"] == pytest.approx((12.5 * 300 + 2.0 * 100) / 400)  # weighted by sent
+    assert row["message_size_bytes"] == pytest.approx(80_000 / 400)
+    # State written by an older job: network lists without the estimate, snapshots without bytes.
+    old = {**p1, "network": p1["network"][:3]}
+    del old["bytes"]
+    [row] = reconcile("orders", 60_000, 120_000, [old, cluster], ["a"], FINAL)
+    assert (row["packet_loss_pct_est"], row["message_size_bytes"], row["delay_ms_est"]) == (None, None, 0.75)
