@@ -152,7 +152,8 @@ def train_cmd(
             console=err_console,
             transient=as_json,
         ) as bar:
-            task = bar.add_task(f"{arch} ({spec.members} member(s) x {spec.epochs} epochs)", total=None)
+            what = f"{arch} ({spec.members} member(s) x {spec.epochs} epochs)"
+            task = bar.add_task(what + (" + paper baseline" if baseline else ""), total=None)
             model = train_model(
                 _data(data),
                 spec,

@@ -41,12 +41,12 @@ class ModelSpec:
     """
 
     arch: Literal["improved", "paper"] = "improved"
-    hidden: tuple[int, ...] = (96, 96, 96)
+    hidden: tuple[int, ...] = (64, 64, 64)
     activation: Literal["silu", "relu"] = "silu"
     members: int = 5
-    epochs: int = 300
+    epochs: int = 200
     batch_size: int = 64
-    lr: float = 3e-3
+    lr: float = 1e-2
     optimizer: Literal["adamw", "sgd"] = "adamw"
     weight_decay: float = 1e-4
     sigmoid_loss: bool = True
@@ -78,6 +78,13 @@ PAPER_SPEC = ModelSpec(
 """The paper's ANN (Sec. III-G) as the baseline."""
 
 IMPROVED_SPEC = ModelSpec()
+"""The shipped model's spec, chosen by out-of-fold MAE of P_l on the training part (the held-back part only
+confirmed it). Measured (seed 1; out-of-fold / held-back MAE of P_l): the paper's ANN - / 0.0150;
+quantile ensemble 3x96 SiLU 100 epochs lr 3e-3 0.0177 / 0.0111, 200 epochs 0.0169 / 0.0109, linear
+instead of sigmoid median 0.0176 / 0.0109, ReLU 0.0168 / 0.0109, 4x(128,128,128,64) 0.0173 / 0.0107,
+3x64 0.0174 / 0.0107, 3x64 lr 1e-2 0.0171 / 0.0105 (chosen: as good as the larger nets, cheapest),
+the same with 10 members 0.0172 / 0.0105. The differences are within the seed-to-seed spread (~0.0005):
+repeated experiments with equal settings differ by 0.008 on average, which bounds any model."""
 
 
 def mlp(n_in: int, hidden: tuple[int, ...], n_out: int, activation: str) -> nn.Sequential:

@@ -63,8 +63,19 @@ def train_model(
         raise ConfigError(
             f"--data: {len(frame)} rows give {len(train)} training and {len(test)} held-back rows"
         )
+    main_total = spec.epochs * spec.members
+    total = main_total + (PAPER_SPEC.epochs * PAPER_SPEC.members if baseline else 0)
+
+    def main_progress(done: int, _: int) -> None:
+        if progress is not None:
+            progress(done, total)
+
+    def baseline_progress(done: int, _: int) -> None:
+        if progress is not None:
+            progress(main_total + done, total)
+
     started = time.monotonic()
-    result = fit(train, spec, seed, progress)
+    result = fit(train, spec, seed, main_progress)
     seconds = time.monotonic() - started
     card: dict[str, Any] = {
         "format": CARD_FORMAT,
@@ -102,6 +113,17 @@ def train_model(
         "trained_ranges": {c: [float(train[c].min()), float(train[c].max())] for c in FEATURES},
         "versions": _versions(),
         "training_seconds": round(seconds, 1),
+        "reproduce": " ".join(
+            [
+                "kafka-audit predictor train",
+                *(f"--data {p}" for p in paths),
+                "--out DIR",
+                f"--seed {seed}",
+                f"--arch {spec.arch} --epochs {spec.epochs} --members {spec.members} --threads {threads}",
+                *(["--baseline"] if baseline else []),
+            ]
+        ),
+        "inputs_clamped_to_trained_ranges": True,
     }
     model = Predictor(result.model, card)
     oof = result.oof.assign(throughput_msgs_per_s=np.nan)
@@ -110,7 +132,7 @@ def train_model(
         "out_of_fold_train": {k: v for k, v in metrics(oof, train).items() if k != "families"},
     }
     if baseline:
-        paper = fit(train, PAPER_SPEC, seed, progress)
+        paper = fit(train, PAPER_SPEC, seed, baseline_progress)
         card["metrics"]["paper_baseline_heldout"] = metrics(Predictor(paper.model, {}).predict(test), test)
         card["paper_baseline_spec"] = PAPER_SPEC.to_json()
     return model
