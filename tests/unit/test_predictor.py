@@ -12,8 +12,15 @@ from predictor.model import OUTPUT_COLUMNS, Predictor, default_predictor
 
 
 def cases(**overrides):
-    base = dict(acks=1, packet_loss_pct=10.0, delay_ms=30.0, message_size_bytes=100.0, batch_size=1.0,
-                message_timeout_ms=2000.0, poll_interval_ms=0.0)
+    base = dict(
+        acks=1,
+        packet_loss_pct=10.0,
+        delay_ms=30.0,
+        message_size_bytes=100.0,
+        batch_size=1.0,
+        message_timeout_ms=2000.0,
+        poll_interval_ms=0.0,
+    )
     n = max((len(v) for v in overrides.values() if isinstance(v, list)), default=1)
     return pd.DataFrame({k: overrides.get(k, base[k]) for k in FEATURES}, index=range(100, 100 + n))
 
@@ -63,7 +70,9 @@ def test_predict_invalid_nan_keeps_good_rows():
     out = default_predictor().predict(frame, invalid="nan")
     assert out.iloc[1].isna().all()
     assert out.iloc[[0, 2]].notna().all().all()
-    assert out.iloc[0]["p_loss"] == pytest.approx(default_predictor().predict(frame.iloc[[0]])["p_loss"].iloc[0])
+    assert out.iloc[0]["p_loss"] == pytest.approx(
+        default_predictor().predict(frame.iloc[[0]])["p_loss"].iloc[0]
+    )
 
 
 def test_empty_frame():
@@ -89,13 +98,18 @@ def test_load_rejects_a_directory_without_model(tmp_path):
 
 def _tiny_csv(path, n=40):
     rng = np.random.default_rng(0)
-    df = pd.DataFrame({
-        "experiment": ["fam-a", "fam-b"] * (n // 2),
-        "acks": [0, 1] * (n // 2),
-        "packet_loss_pct": rng.uniform(0, 20, n).round(1),
-        "delay_ms": 30, "message_size_bytes": 100, "batch_size": rng.integers(1, 11, n),
-        "message_timeout_ms": 5000, "poll_interval_ms": 0,
-    })
+    df = pd.DataFrame(
+        {
+            "experiment": ["fam-a", "fam-b"] * (n // 2),
+            "acks": [0, 1] * (n // 2),
+            "packet_loss_pct": rng.uniform(0, 20, n).round(1),
+            "delay_ms": 30,
+            "message_size_bytes": 100,
+            "batch_size": rng.integers(1, 11, n),
+            "message_timeout_ms": 5000,
+            "poll_interval_ms": 0,
+        }
+    )
     pred = default_predictor().predict(df)
     df["p_loss"] = pred["p_loss"].clip(0, 1)
     df["p_dup"] = pred["p_dup"]
@@ -117,14 +131,18 @@ def test_evaluate_json_keys_and_family_breakdown(tmp_path):
     assert out["families"]["fam-a"]["n"] == 20
     assert out["mae_p_loss"] < 1e-6  # the truth here is the model's own prediction
     assert out["median_rel_error_throughput"] < 1e-4
-    held = json.loads(CliRunner().invoke(app, ["predictor", "evaluate", "--data", str(csv), "--split", "heldout",
-                                               "--json"]).output)
+    held = json.loads(
+        CliRunner()
+        .invoke(app, ["predictor", "evaluate", "--data", str(csv), "--split", "heldout", "--json"])
+        .output
+    )
     assert 0 < held["n"] < 40
 
 
 def test_predict_cli_json():
-    result = CliRunner().invoke(app, ["predictor", "predict", "--acks", "1", "--batch-size", "4",
-                                      "--packet-loss-pct", "10", "--json"])
+    result = CliRunner().invoke(
+        app, ["predictor", "predict", "--acks", "1", "--batch-size", "4", "--packet-loss-pct", "10", "--json"]
+    )
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert out["p_loss_lo"] <= out["p_loss"] <= out["p_loss_hi"]

@@ -18,9 +18,23 @@ def test_retraining_reproduces_the_shipped_metrics(tmp_path):
         pytest.skip(f"training data {data} not on this machine")
     assert [file_sha256(p) for p in data] == [d["sha256"] for d in card["data"]], "training data changed"
     spec = card["spec"]
-    args = ["predictor", "train", "--out", str(tmp_path), "--seed", str(card["seed"]), "--arch", spec["arch"],
-            "--epochs", str(spec["epochs"]), "--members", str(spec["members"]), "--threads", str(card["threads"]),
-            "--json"]
+    args = [
+        "predictor",
+        "train",
+        "--out",
+        str(tmp_path),
+        "--seed",
+        str(card["seed"]),
+        "--arch",
+        spec["arch"],
+        "--epochs",
+        str(spec["epochs"]),
+        "--members",
+        str(spec["members"]),
+        "--threads",
+        str(card["threads"]),
+        "--json",
+    ]
     for p in data:
         args += ["--data", str(p)]
     result = CliRunner().invoke(app, args)
@@ -30,7 +44,12 @@ def test_retraining_reproduces_the_shipped_metrics(tmp_path):
     assert retrained["split"] == card["split"]
     new, old = retrained["metrics"]["heldout"], card["metrics"]["heldout"]
     assert new["n"] == old["n"]
-    for key, tol in (("mae_p_loss", 5e-4), ("mae_p_dup", 2e-5), ("coverage_90_p_loss", 0.02),
-                     ("coverage_90_p_dup", 0.02), ("median_rel_error_throughput", 5e-3)):
+    for key, tol in (
+        ("mae_p_loss", 5e-4),
+        ("mae_p_dup", 2e-5),
+        ("coverage_90_p_loss", 0.02),
+        ("coverage_90_p_dup", 0.02),
+        ("median_rel_error_throughput", 5e-3),
+    ):
         assert new[key] == pytest.approx(old[key], abs=tol), key
     assert retrained["interval"]["q_loss"] == pytest.approx(card["interval"]["q_loss"], abs=2e-3)

@@ -13,8 +13,10 @@ from predictor.suggest import KNOB_NAMES, suggest
 
 HIGH_LOSS_CONFIG = {"acks": "1", "batch.num.messages": 1, "message.timeout.ms": 2000}
 HIGH_LOSS_NET = {"packet_loss_pct": 10.0, "delay_ms": 30.0, "message_size_bytes": 100}
-EXPLANATION = re.compile(r"^(\w+ [\w.]+ [\d.]+ -> [\d.]+, )*\w+ [\w.]+ [\d.]+ -> [\d.]+: predicted P_l [\d.]+ -> [\d.]+, "
-                         r"gamma [\d.]+ -> [\d.]+")
+EXPLANATION = re.compile(
+    r"^(\w+ [\w.]+ [\d.]+ -> [\d.]+, )*\w+ [\w.]+ [\d.]+ -> [\d.]+: predicted P_l [\d.]+ -> [\d.]+, "
+    r"gamma [\d.]+ -> [\d.]+"
+)
 
 
 def test_high_loss_case_gets_a_change_that_raises_gamma():
@@ -30,9 +32,14 @@ def test_high_loss_case_gets_a_change_that_raises_gamma():
     assert EXPLANATION.match(s.explanation), s.explanation
     # the predicted P_l after is what the model says for the changed configuration
     row = {"acks": 1, "batch_size": 1, "message_timeout_ms": 2000, "poll_interval_ms": 0, **HIGH_LOSS_NET}
-    row.update({"batch_size": s.changes.get("batch.num.messages", 1), "acks": s.changes.get("acks", 1),
-                "message_timeout_ms": s.changes.get("message.timeout.ms", 2000),
-                "poll_interval_ms": s.changes.get("poll_interval_ms", 0)})
+    row.update(
+        {
+            "batch_size": s.changes.get("batch.num.messages", 1),
+            "acks": s.changes.get("acks", 1),
+            "message_timeout_ms": s.changes.get("message.timeout.ms", 2000),
+            "poll_interval_ms": s.changes.get("poll_interval_ms", 0),
+        }
+    )
     again = default_predictor().predict(pd.DataFrame([row]))
     assert again["p_loss"].iloc[0] == pytest.approx(s.predicted_after.p_loss)
 
@@ -58,8 +65,12 @@ def test_unreachable_target_returns_the_best_improvement():
 
 def test_arrival_rate_above_capacity_suggests_scaling():
     # producers cannot keep up with the stream: more producers raise mu and phi
-    net = {"packet_loss_pct": 0.0, "delay_ms": 30.0, "message_size_bytes": 100,
-           "arrival_rate_msgs_per_s": 20_000.0}
+    net = {
+        "packet_loss_pct": 0.0,
+        "delay_ms": 30.0,
+        "message_size_bytes": 100,
+        "arrival_rate_msgs_per_s": 20_000.0,
+    }
     s = suggest({"acks": 1, "batch.num.messages": 1, "message.timeout.ms": 5000}, net, 0.9)
     assert s is not None
     assert s.changes.get("producers", 1) > 1
@@ -82,8 +93,21 @@ def test_bad_input_is_a_clear_error(config, network, target, needle):
 
 
 def test_suggest_cli_text_and_json():
-    args = ["suggest", "--acks", "1", "--batch-size", "1", "--packet-loss-pct", "10", "--message-timeout-ms", "2000",
-            "--target", "0.9", "--stream", "weblog"]
+    args = [
+        "suggest",
+        "--acks",
+        "1",
+        "--batch-size",
+        "1",
+        "--packet-loss-pct",
+        "10",
+        "--message-timeout-ms",
+        "2000",
+        "--target",
+        "0.9",
+        "--stream",
+        "weblog",
+    ]
     text = CliRunner().invoke(app, args)
     assert text.exit_code == 0, text.output
     assert "batch.num.messages" in text.output and "gamma" in text.output
