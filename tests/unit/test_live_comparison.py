@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
+import spark_streaming.predict as predict_module
 from kafka_audit.errors import ConfigError
 from kafka_audit.platform import results_table, short_suggestion
 from kafka_audit.up_settings import load_up_settings
@@ -188,13 +189,16 @@ def test_failures_leave_predictions_null_never_raise_and_are_counted(model):
     assert prediction_failures(out.to_dict("records")) == {(TOPIC, "input"): 2}
 
 
-def test_predict_step_passes_other_batches_through_and_keeps_the_column_order(model):
+def test_predict_step_passes_other_batches_through_and_keeps_the_column_order(model, monkeypatch):
+    loads = []
+    monkeypatch.setattr(predict_module, "load_model", lambda d: loads.append(d) or model)
     step = make_predict_step(CONFIG, OUTPUT_COLUMNS)
     provisional = pd.DataFrame([_row(state="provisional")], columns=OUTPUT_COLUMNS)
     [same] = list(step(iter([provisional])))
     assert same is provisional
     [done] = list(step(iter([pd.DataFrame([_row()], columns=OUTPUT_COLUMNS)])))
     assert list(done.columns) == OUTPUT_COLUMNS and done["p_loss"].notna().all()
+    assert loads == [None]  # the model is asked for only when a batch holds a final window
 
 
 def _final(**kw):
