@@ -240,6 +240,20 @@ def test_spark_job_reads_audit_topic_and_writes_results_over_sasl_ssl(
     conf = {"bootstrap.servers": secure.bootstrap}
     topic = unique_topic(request)
     ensure_topic(conf, topic, 3)
+    audit = ProducerAuditSettings(
+        window_ms=WINDOW_MS,
+        grace_ms=1_000,
+        snapshot_interval_ms=1_000,
+        audit_topic=audit_topics["audit_topic"],
+    )
+    n = 2_000
+    with running_consumer(consumer_settings(secure.bootstrap, [topic], audit_topics, window_ms=WINDOW_MS)):
+        with AuditedProducer({**conf, "client.id": "secure-spark"}, audit) as producer:
+            for i in range(n):
+                producer.produce(topic, f"message {i}".encode())
+            assert producer.flush(30) == 0
+        wait_for(lambda: all_windows_final(conf, topic, audit_topics["audit_topic"]), 90, "final windows")
+    # The job starts on a backlog: its heartbeat moves the watermark past every window at once.
     settings = SparkJobSettings(
         bootstrap_servers=secure.bootstrap,
         audit_topic=audit_topics["audit_topic"],
@@ -251,29 +265,15 @@ def test_spark_job_reads_audit_topic_and_writes_results_over_sasl_ssl(
         clusters=[CLUSTER],
         trigger_ms=1_000,
         watermark_delay_ms=2_000,
-        grace_ms=6_000,
+        grace_ms=4_000,
         heartbeat_ms=500,
+        shuffle_partitions=1,
         query_name=f"q-secure-{audit_topics['audit_topic'][-8:]}",
     )
     assert settings.kafka.security_protocol == "SASL_SSL"
     job = ReconciliationJob(settings)
     job.start()
     try:
-        audit = ProducerAuditSettings(
-            window_ms=WINDOW_MS,
-            grace_ms=1_000,
-            snapshot_interval_ms=1_000,
-            audit_topic=audit_topics["audit_topic"],
-        )
-        n = 2_000
-        with running_consumer(
-            consumer_settings(secure.bootstrap, [topic], audit_topics, window_ms=WINDOW_MS)
-        ):
-            with AuditedProducer({**conf, "client.id": "secure-spark"}, audit) as producer:
-                for i in range(n):
-                    producer.produce(topic, f"message {i}".encode())
-                assert producer.flush(30) == 0
-            wait_for(lambda: all_windows_final(conf, topic, audit_topics["audit_topic"]), 90, "final windows")
 
         def finals() -> dict:
             if job.exception() is not None:
