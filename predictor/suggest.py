@@ -5,8 +5,9 @@ predicted gamma (Eq. 2) meets the user's requirement. We evaluate the whole grid
 configurations in one vectorised :meth:`~predictor.model.Predictor.predict` call and pick, among those
 meeting the target, the smallest change: fewest parameters changed, then fewest grid steps, then the
 highest gamma. Parameters: ``acks`` (0/1), ``batch.num.messages``, ``message.timeout.ms``, the polling
-interval ``poll_interval_ms`` and the number of producers ``producers`` (scaling, Sec. IV-C: when each
-producer takes less load, more producers keep the stream's arrival rate).
+interval ``poll_interval_ms`` (only when L <= :data:`POLL_SEARCH_MAX_LOSS_PCT`, the measured regime)
+and the number of producers ``producers`` (scaling, Sec. IV-C: when each producer takes less load, more
+producers keep the stream's arrival rate).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ BATCH_STEPS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 TIMEOUT_STEPS_MS = (500, 1000, 1500, 2000, 3000, 4000, 5000, 7000)
 POLL_STEPS_MS = (0, 10, 20, 30, 40, 50, 60, 70, 80, 90)
 MAX_PRODUCERS = 8
+POLL_SEARCH_MAX_LOSS_PCT = 1.0
+"""The polling interval was measured only without injected packet loss (pollTime, Fig. 6, Sec. IV-C: an
+overloaded producer in a good network); above this L it is not searched (the model would extrapolate)."""
 GAMMA_SLACK = 0.02
 """When no configuration meets the target, take the smallest change whose gamma is this close to the best."""
 """Search grid: the measured ranges of the training data (the model does not extrapolate beyond them)."""
@@ -192,7 +196,9 @@ def suggest(
         "acks": sorted({0.0, 1.0}),
         "batch_size": sorted({*map(float, BATCH_STEPS), cur["batch_size"]}),
         "message_timeout_ms": sorted({*map(float, TIMEOUT_STEPS_MS), cur["message_timeout_ms"]}),
-        "poll_interval_ms": sorted({*map(float, POLL_STEPS_MS), cur["poll_interval_ms"]}),
+        "poll_interval_ms": sorted({*map(float, POLL_STEPS_MS), cur["poll_interval_ms"]})
+        if cur["packet_loss_pct"] <= POLL_SEARCH_MAX_LOSS_PCT
+        else [cur["poll_interval_ms"]],
     }
     grid = pd.DataFrame(list(itertools.product(*axes.values())), columns=list(axes))
     for f in FEATURES:

@@ -115,3 +115,10 @@ def test_suggest_cli_text_and_json():
     assert out["meets_target"] is True
     assert out["predicted_after"]["gamma"] >= 0.9
     assert out["explanation"].startswith(("raise", "lower", "set", "scale"))
+
+
+def test_polling_interval_is_not_searched_under_packet_loss():
+    # pollTime (Fig. 6) was measured without packet loss only: no extrapolated polling suggestions
+    s = suggest(HIGH_LOSS_CONFIG, {**HIGH_LOSS_NET, "packet_loss_pct": 20.0}, 0.99)
+    assert s is not None
+    assert "poll_interval_ms" not in s.changes
