@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from alerts.codec import encode_alert
 from alerts.event import AlertEvent
 from alerts.exceptions import AlertSinkError
+from kafka_audit.security import client_config
 from kafka_audit.topics import TopicError, ensure_topic
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ class KafkaAlertSink:
         flush_timeout_ms: int = 2_000,
         create_topic: bool = True,
     ) -> None:
-        self.config = dict(config)
+        self.config = client_config(config)  # SASL/TLS from KAFKA_AUDIT_KAFKA_* unless config names them
         self.topic = topic
         self.flush_timeout_ms = flush_timeout_ms
         self._need_topic = create_topic
