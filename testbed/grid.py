@@ -264,6 +264,15 @@ def run_grid(
         todo.append((settings, repeat))
     if on_start is not None:
         on_start(len(todo), spec.size - len(todo))
+    if todo:  # warm up brokers (leaders, JIT) unimpaired, so the first experiment is not penalised
+        lab.apply(impairment({**DEFAULTS, "delay_ms": 0.0}))
+        warm = lab.topic(f"testbed.{spec.name}.warmup.{uuid.uuid4().hex[:8]}")
+        lab.produce(
+            ProducerRun(
+                bootstrap_servers=lab.bootstrap_servers, topic=warm, count=5000, window_ms=spec.window_ms
+            )
+        )
+        lab.delete_topic(warm)
     for i, (settings, _repeat) in enumerate(todo):
         lab.apply(impairment(settings, spec.jitter_ms, spec.distribution))
         topic = lab.topic(f"testbed.{spec.name}.{uuid.uuid4().hex[:12]}")
