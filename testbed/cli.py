@@ -252,9 +252,9 @@ def plot(
     data: Annotated[
         list[Path] | None, typer.Option("--data", help="Experiment CSV(s) of ours (repeatable).")
     ] = None,
-    paper: Annotated[Path | None, typer.Option(help="The paper's experiments.csv.")] = Path(
-        "../shared/data/wu2020/experiments.csv"
-    ),
+    paper: Annotated[
+        Path | None, typer.Option(help="The paper's experiments.csv (default: the shared data).")
+    ] = None,
     out: Annotated[Path, typer.Option(help="Output directory for fig4.png ... fig8.png.")] = Path(
         "docs/figures"
     ),
@@ -262,11 +262,13 @@ def plot(
     """Draw the paper's Figs. 4-8 from experiment CSVs, the paper's data and ours side by side."""
     import pandas as pd
 
+    from predictor import SHARED_DATA
     from testbed.plots import draw, read_csv
 
+    paper = paper or SHARED_DATA
     sources = {}
     try:
-        if paper is not None and paper.exists():
+        if paper.exists():
             sources["paper (Wu et al. 2020)"] = read_csv(paper)
         if data:
             sources["kafka-audit testbed"] = pd.concat([read_csv(p) for p in data], ignore_index=True)

@@ -15,7 +15,7 @@ from testbed.grid import CSV_COLUMNS, GridSpec, append_row, csv_row, done_keys, 
 from testbed.impairment import BernoulliLoss, Delay, GilbertElliottLoss, Impairment, LossProcess
 from testbed.scenario import load_scenario, shipped_scenarios
 
-SHARED_CSV = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "wu2020" / "experiments.csv"
+SHARED_CSV = Path(__file__).resolve().parents[2] / "data" / "wu2020" / "experiments.csv"
 
 
 def _bursts(drops: list[bool]) -> list[int]:
