@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -101,6 +102,7 @@ def spark_job(
         "KAFKA_AUDIT_SPARK_DLQ_TOPIC": audit_topics["dlq_topic"],
         "KAFKA_AUDIT_SPARK_COMMITS_TOPIC": commits,
         "KAFKA_AUDIT_SPARK_HEARTBEAT_MS": "500",
+        "KAFKA_AUDIT_ALERTS_ALERTS_TOPIC": f"{audit_topics['audit_topic']}.alerts",
     }
     cmd = [
         sys.executable,
@@ -197,6 +199,7 @@ def test_every_panel_query_returns_data_from_a_live_run(bootstrap, topic, audit_
     prom, prom_url = prometheus(tmp_path, metrics_port, rules, prom_log)
     missing: dict[str, str] = {}
     try:
+        t0 = time.monotonic()
         wait_for(lambda: _ready(prom_url), 60, "Prometheus ready")
         with running_consumer(consumer_settings(bootstrap, [topic], audit_topics, window_ms=WINDOW_MS)):
             audit = ProducerAuditSettings(
@@ -206,17 +209,27 @@ def test_every_panel_query_returns_data_from_a_live_run(bootstrap, topic, audit_
                 audit_topic=audit_topics["audit_topic"],
                 delivery_reports="errors",
             )
-            _unaudited_messages(bootstrap, topic)
-            result = run_load(
-                {"bootstrap.servers": bootstrap, "client.id": "dashboards-live", "acks": "1"},
-                topic,
-                "weblog",
-                rate=400,
-                duration_s=10,
-                audit=audit,
+            # 3000 msg/s is about twice what the predictor says one producer of this configuration
+            # serves (T ~ 1500 msg/s), so mu < 1, gamma < 0.9 (the default target) and every window gets a
+            # suggestion ("scale producers 1 -> 2"): the suggestion panel and the gamma alert have data.
+            stop_load = threading.Event()
+            loads: list = []
+            load = threading.Thread(
+                target=lambda: loads.append(
+                    run_load(
+                        {"bootstrap.servers": bootstrap, "client.id": "dashboards-live", "acks": "1"},
+                        topic,
+                        "weblog",
+                        rate=3_000,
+                        duration_s=150,
+                        audit=audit,
+                        stop=stop_load,
+                    )
+                ),
+                daemon=True,
             )
-            assert result.produced > 3_000
-            _unaudited_messages(bootstrap, topic)
+            load.start()
+            _unaudited_messages(bootstrap, topic)  # one producer without audit snapshots
 
             pending = {substitute(q.expr, topic) for q in panel_queries}
             final_seen: list[float] = []
@@ -241,7 +254,19 @@ def test_every_panel_query_returns_data_from_a_live_run(bootstrap, topic, audit_
                     unexported and bool(final_seen) and time.monotonic() > final_seen[0] + 15
                 )
 
-            wait_for(settled, 120, "panel queries to return data (or to be known unexported)", interval_s=2)
+            t_load = time.monotonic()
+            deadline = t_load + 150  # what has no data by then is reported panel by panel below
+            try:
+                while not settled() and time.monotonic() < deadline:
+                    time.sleep(2)
+            finally:
+                stop_load.set()
+                load.join(60)
+            assert loads and loads[0].produced > 10_000, loads
+            print(  # timing of the phases, shown with -s
+                f"start {t_load - t0:.0f} s, first final +{(final_seen or [t_load])[0] - t_load:.0f} s, "
+                f"settled +{time.monotonic() - t_load:.0f} s"
+            )
             names = exported()
             for q in panel_queries:
                 expr = substitute(q.expr, topic)
