@@ -113,14 +113,16 @@ def rate_plots(results: pd.DataFrame) -> list[str]:
     for topic, tier in list(worst.index)[:MAX_SERIES]:
         rows = results[(results["topic"] == topic) & (results["tier"] == tier)]
         when = _times(rows["window_start_ms"])
-        fig = Figure(figsize=(12, 3.2))
+        fig = Figure(figsize=(12, 3.4), layout="constrained")
         ax_l, ax_d = fig.subplots(1, 2, sharex=True)
         with_l = _rate_axis(ax_l, when, rows, "loss_rate", "p_loss", "R_l/P_l")
         with_d = _rate_axis(ax_d, when, rows, "duplicate_rate", "p_dup", "R_d/P_d")
         note = "" if with_l or with_d else " (no predictions in these results: measured only)"
-        ax_l.set_title(f"{_label(topic, tier)}: loss R_l vs P_l{note}", fontsize=10)
-        ax_d.set_title(f"{_label(topic, tier)}: duplicates R_d vs P_d", fontsize=10)
-        fig.autofmt_xdate()
+        fig.suptitle(f"{_label(topic, tier)}{note}", fontsize=11)
+        ax_l.set_title("loss: R_l vs P_l", fontsize=10)
+        ax_d.set_title("duplicates: R_d vs P_d", fontsize=10)
+        for ax in (ax_l, ax_d):
+            ax.tick_params(axis="x", labelrotation=30)
         images.append(_img(fig, f"R_l and R_d actual vs predicted, {topic} {tier}"))
     return images
 
@@ -221,6 +223,19 @@ def summary_table(results: pd.DataFrame) -> str:
     return _table(header, rows)
 
 
+def suggestions_table(results: pd.DataFrame) -> str:
+    """Return the newest configuration suggestion per (topic, tier) as an HTML table, or a paragraph."""
+    if "suggestion" not in results.columns or not results["suggestion"].notna().any():
+        return '<p class="none">No configuration suggestions in this period.</p>'
+    with_text = results[results["suggestion"].notna() & (results["suggestion"] != "")]
+    newest = with_text.sort_values("window_start_ms").groupby(["topic", "tier"]).tail(1)
+    rows = [
+        [r["topic"], r["tier"], _ms(r["window_start_ms"]), str(r["suggestion"])]
+        for r in newest.to_dict("records")
+    ]
+    return _table(["topic", "tier", "window (UTC)", "suggestion"], rows)
+
+
 ALERT_COLUMNS = (
     ("starts_at_ms", "started (UTC)"),
     ("status", "status"),
@@ -266,7 +281,7 @@ def render(results: pd.DataFrame, alerts: pd.DataFrame, since: timedelta | None,
     period = f"last {_duration(since)}" if since is not None else "all results"
     if results.empty:
         body = '<p class="none">No final window results in this period.</p>'
-        heat = rates = gamma = ""
+        heat = rates = gamma = suggestions = ""
     else:
         body = summary_table(results)
         heat = heatmap(results)
@@ -274,6 +289,7 @@ def render(results: pd.DataFrame, alerts: pd.DataFrame, since: timedelta | None,
         gamma = (
             gamma_plot(results) or '<p class="none">No gamma in these results (predictor not enabled).</p>'
         )
+        suggestions = suggestions_table(results)
     first = _ms(results["window_start_ms"].min()) if not results.empty else "-"
     last = _ms(results["window_end_ms"].max()) if not results.empty else "-"
     return template.substitute(
@@ -284,6 +300,7 @@ def render(results: pd.DataFrame, alerts: pd.DataFrame, since: timedelta | None,
         heatmap=heat,
         rates=rates,
         gamma=gamma,
+        suggestions=suggestions,
         alerts=alerts_table(alerts),
     )
 

@@ -174,6 +174,7 @@ def test_render_has_every_view(results_dir):
     assert "gamma timeline" in alts
     assert all(len(data) > 5_000 for _, data in images)
     assert "No alerts in this period." in page
+    assert "<td>raise batch.num.messages 1 -&gt; 4</td>" in page  # newest suggestion of clicks
     assert "<td>orders</td>" in page and "<td>clicks</td>" in page
 
 
@@ -182,6 +183,7 @@ def test_render_without_results_or_predictions(results_dir):
     old_only = frame[frame.topic == "orders"]
     page = render(old_only, load_alerts(None), None, NOW)
     assert "No gamma in these results" in page
+    assert "No configuration suggestions in this period." in page
     empty = render(frame.iloc[0:0], load_alerts(None), timedelta(hours=1), NOW)
     assert "No final window results in this period." in empty and "<img" not in empty
 
