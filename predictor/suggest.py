@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -268,3 +269,20 @@ def suggest(
         "after": _detail(pred, i, phis[i, j], mus[i, j], n_prod[j]),
     }
     return Suggestion(changes, before, after, text, bool(meets.any()), details)
+
+
+_CHANGE = re.compile(r"(?:raise|lower|set|scale) (\S+) ([\d.e+-]+) -> ([\d.e+-]+)")
+
+
+def changes_from_explanation(text: str) -> dict[str, float]:
+    """Read the changes back out of a suggestion's explanation (an alert annotation, a results row).
+
+    Args:
+        text: e.g. ``"raise batch.num.messages 1 -> 8, scale producers 1 -> 2: predicted P_l ..."``.
+
+    Returns:
+        Knob name -> new value: librdkafka names (``acks``, ``batch.num.messages``,
+        ``message.timeout.ms``), ``poll_interval_ms`` (ms) and ``producers`` (count).
+    """
+    head = text.split(":", 1)[0]
+    return {name: float(new) for name, _old, new in _CHANGE.findall(head) if name in KNOB_NAMES.values()}

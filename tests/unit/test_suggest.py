@@ -122,3 +122,15 @@ def test_polling_interval_is_not_searched_under_packet_loss():
     s = suggest(HIGH_LOSS_CONFIG, {**HIGH_LOSS_NET, "packet_loss_pct": 20.0}, 0.99)
     assert s is not None
     assert "poll_interval_ms" not in s.changes
+
+
+def test_changes_read_back_from_the_explanation():
+    from predictor.suggest import changes_from_explanation
+
+    text = "raise batch.num.messages 1 -> 8, scale producers 1 -> 2: predicted P_l 0.86 -> 0.1"
+    assert changes_from_explanation(text) == {"batch.num.messages": 8.0, "producers": 2.0}
+    assert changes_from_explanation("set acks 0 -> 1, lower message.timeout.ms 5000 -> 2000: x") == {
+        "acks": 1.0,
+        "message.timeout.ms": 2000.0,
+    }
+    assert changes_from_explanation("no change") == {}
