@@ -255,6 +255,8 @@ def suggest(
         if new[k] != cur[k]:
             changes[KNOB_NAMES[k]] = int(new[k]) if float(new[k]).is_integer() else new[k]
             verbs.append(_verb(k, cur[k], new[k]))
+    if not changes:  # the current configuration is already within GAMMA_SLACK of the best reachable
+        return None
     text = (
         f"{', '.join(verbs)}: predicted P_l {before.p_loss:.2f} -> {after.p_loss:.2f}, "
         f"gamma {before.gamma:.2f} -> {after.gamma:.2f}"
