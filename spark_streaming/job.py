@@ -104,11 +104,11 @@ class ReconciliationJob:
             alerts = alerts.model_copy(update={"grace_ms": settings.grace_ms})
         self.alert_settings = alerts
         self.alerts: AlertPipeline | None = None
+        # Default gamma target of topics without their own: the job's, else the alerts', else 0.9.
         alert_target = alerts.gamma_target if alerts is not None else None
-        self.gamma_target = next(
+        self.gamma_target: float = next(
             t for t in (settings.gamma_target, alert_target, DEFAULT_GAMMA_TARGET) if t is not None
         )
-        """Default gamma target of topics without their own (settings, else alert settings, else 0.9)."""
         self.kconf: dict[str, Any] = client_config(
             {"bootstrap.servers": settings.bootstrap_servers, **settings.extra_config}, settings.kafka
         )

@@ -199,6 +199,16 @@ def _gammas(out: pd.DataFrame, rows: pd.Index, pred: pd.DataFrame | None, weight
             out.loc[idx, "gamma_predicted"] = kpi.gamma(m * (1.0 - p_l), m, p_l, p_d, weights)
 
 
+def _predict_rows(predictor: PredictorLike, features: pd.DataFrame) -> pd.DataFrame:
+    """Predict one row at a time (out-of-range rows -> NaN).
+
+    torch's results depend in their last bits on the batch's shape; one row per call makes a window's
+    numbers independent of what else is in the micro-batch, so a batch Spark replays after a crash
+    yields the very same final results.
+    """
+    return pd.concat([predictor.predict(features.loc[[i]], invalid="nan") for i in features.index])
+
+
 def _suggest(
     out: pd.DataFrame, i: Any, target: float, weights: Any, model: PredictorLike, suggest: Callable[..., Any]
 ) -> tuple[str, float] | None:
@@ -276,7 +286,7 @@ def add_predictions(
         if bad_acks.any():
             _error(out, bad_acks[bad_acks].index, "input", "acks is not one of 0, 1, all, -1")
         try:
-            pred = predictor.predict(features, invalid="nan")
+            pred = _predict_rows(predictor, features)
         except Exception as exc:
             _error(out, rows, "predict", exc)
         if pred is not None:
