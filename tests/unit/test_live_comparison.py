@@ -21,6 +21,7 @@ from spark_streaming.predict import (
     feature_frame,
     make_predict_step,
     prediction_failures,
+    suggestion_changes,
 )
 from spark_streaming.settings import SparkJobSettings
 from spark_streaming.state import OUTPUT_COLUMNS, PREDICTION_COLUMNS
@@ -352,3 +353,22 @@ def test_a_window_gets_the_same_numbers_whatever_else_is_in_the_micro_batch(mode
     ]
     mixed = add_predictions(pd.DataFrame([*others, _row()]), CONFIG, lambda: model)
     assert alone.iloc[0][cols].tolist() == mixed.iloc[-1][cols].tolist()
+
+
+def test_suggestion_text_parses_back_into_the_configuration_change(model):
+    out = add_predictions(pd.DataFrame([_row()]), CONFIG, lambda: model)
+    text = out["suggestion"].iloc[0]
+    changes = suggestion_changes(text)
+    assert changes and set(changes) <= {
+        "acks",
+        "batch.num.messages",
+        "message.timeout.ms",
+        "poll_interval_ms",
+        "producers",
+    }
+    assert all(f"{k} " in text and f"-> {v}" in text for k, v in changes.items())
+    assert suggestion_changes("set acks 1 -> 0, scale producers 1 -> 3: predicted P_l 0.2 -> 0.1") == {
+        "acks": 0,
+        "producers": 3,
+    }
+    assert suggestion_changes(None) == {} and suggestion_changes("nothing to change") == {}
