@@ -410,6 +410,7 @@ def spark_job(
         while not stop.wait(1.0):
             if job.exception() is not None:
                 raise _fail(KafkaAuditError(f"Spark query failed: {job.exception()}"))
+            job.progress()  # updates the watermark-lag and dropped-rows gauges
     finally:
         job.stop()
 

@@ -53,8 +53,19 @@ def _clean(row: dict[str, Any]) -> dict[str, Any]:
     return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
 
 
-def spark_session(master: str, shuffle_partitions: int, app_name: str = "kafka-audit") -> Any:
-    """Create (or get) the Spark session with the connector jars and settings that stop cleanly."""
+def spark_session(
+    master: str,
+    shuffle_partitions: int,
+    app_name: str = "kafka-audit",
+    driver_host: str = "127.0.0.1",
+    bind_address: str = "127.0.0.1",
+) -> Any:
+    """Create (or get) the Spark session with the connector jars and settings that stop cleanly.
+
+    ``driver_host`` is the address executors reach the driver at (``spark.driver.host``) and
+    ``bind_address`` the one it listens on (``spark.driver.bindAddress``): loopback locally, the
+    container's name and 0.0.0.0 in docker-compose.
+    """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this venv's pandas, fastavro
     # pyspark 4.0's own pandas calls warn on every batch in the workers; keep our output readable.
@@ -66,8 +77,8 @@ def spark_session(master: str, shuffle_partitions: int, app_name: str = "kafka-a
         .appName(app_name)
         .config("spark.jars", ",".join(connector_jars()))
         .config("spark.driver.extraJavaOptions", "-Xss16m")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", driver_host)
+        .config("spark.driver.bindAddress", bind_address)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
@@ -175,8 +186,10 @@ class ReconciliationJob:
         if self.alert_settings is not None:
             self._start_alerts(self.alert_settings)
         if s.metrics_port:
-            self.metrics.serve(s.metrics_port)
-        self.spark = spark_session(s.master, s.shuffle_partitions)
+            self.metrics.serve(s.metrics_port, s.bind_address)
+        self.spark = spark_session(
+            s.master, s.shuffle_partitions, driver_host=s.driver_host, bind_address=s.bind_address
+        )
         reader = (
             self.spark.readStream.format("kafka")
             .option("subscribe", s.audit_topic)

@@ -177,9 +177,9 @@ class ResultMetrics:
             registry=r,
         )
 
-    def serve(self, port: int) -> None:
-        """Expose the registry on ``http://127.0.0.1:<port>/metrics``."""
-        start_http_server(port, addr="127.0.0.1", registry=self.registry)
+    def serve(self, port: int, addr: str = "127.0.0.1") -> None:
+        """Expose the registry on ``http://<addr>:<port>/metrics`` (loopback unless told otherwise)."""
+        start_http_server(port, addr=addr, registry=self.registry)
 
     def observe(
         self,

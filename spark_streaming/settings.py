@@ -55,7 +55,10 @@ class SparkJobSettings(BaseSettings):
         heartbeat_ms: The job writes a heartbeat to the audit topic this often so event time advances
             while producers are idle, ms (0 disables).
         shuffle_partitions: ``spark.sql.shuffle.partitions`` (state partitions; fixed per checkpoint).
-        metrics_port: Prometheus exporter port on 127.0.0.1 (0: none).
+        metrics_port: Prometheus exporter port (0: none), on ``bind_address``.
+        driver_host: Address Spark executors reach the driver at (``spark.driver.host``).
+        bind_address: Address the driver and the exporter listen on: 127.0.0.1 locally; 0.0.0.0 in a
+            container (docker-compose sets it with ``driver_host`` = the service name).
         query_name: Streaming query name; also names the transactional id of the sinks.
         extra_config: librdkafka / Kafka client properties for every client, passed through; security
             properties here (librdkafka names, ``security.protocol`` and the rest) replace ``kafka``.
@@ -89,6 +92,8 @@ class SparkJobSettings(BaseSettings):
     heartbeat_ms: int = Field(2_000, ge=0)
     shuffle_partitions: int = Field(4, gt=0)
     metrics_port: int = Field(0, ge=0)
+    driver_host: str = "127.0.0.1"
+    bind_address: str = "127.0.0.1"
     query_name: str = "kafka-audit-reconciliation"
     extra_config: dict[str, str] = Field(default_factory=dict)
     kafka: KafkaSecurity = Field(default_factory=KafkaSecurity.from_env)

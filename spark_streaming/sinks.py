@@ -85,7 +85,9 @@ class KafkaResultSink:
     def _read_marker(self) -> int:
         """Return the last micro-batch id committed to the commits topic (-1 if none)."""
         last = -1
-        for m in read_to_end(self.config, self.commits_topic, group_id=f"{self.query_name}.marker"):
+        for m in read_to_end(
+            self.config, self.commits_topic, group_id=f"{self.query_name}.marker", missing_ok=True
+        ):
             if m.key() == self.query_name.encode():
                 last = int(m.value())
         return last
