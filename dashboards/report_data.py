@@ -18,20 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kafka_audit.errors import ConfigError
+from spark_streaming.state import PREDICTION_COLUMNS  # live comparison; absent in older results -> null
 
-#: Live-comparison columns (contract); absent in older results, then all null.
-PREDICTION_COLUMNS = (
-    "p_loss",
-    "p_loss_lo",
-    "p_loss_hi",
-    "p_dup",
-    "p_dup_lo",
-    "p_dup_hi",
-    "gamma_actual",
-    "gamma_predicted",
-    "gamma_target",
-    "suggestion",
-)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 
 

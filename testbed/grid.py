@@ -58,19 +58,7 @@ CSV_COLUMNS = (
     "p_dup",
     "duration_s",
 )
-FEATURES = (
-    "acks",
-    "packet_loss_pct",
-    "delay_ms",
-    "message_size_bytes",
-    "batch_size",
-    "message_timeout_ms",
-    "poll_interval_ms",
-    "retries",
-    "retry_backoff_ms",
-    "buffer_max_kbytes",
-    "buffer_max_ms",
-)
+FEATURES = CSV_COLUMNS[1 : CSV_COLUMNS.index("n_sent")]
 """Settings of one experiment: the CSV's columns up to ``n_sent`` (units as in the shared README)."""
 
 DEFAULTS: dict[str, float] = {
