@@ -276,15 +276,21 @@ def suggest(
 _CHANGE = re.compile(r"(?:raise|lower|set|scale) (\S+) ([\d.e+-]+) -> ([\d.e+-]+)")
 
 
-def changes_from_explanation(text: str) -> dict[str, float]:
+def changes_from_explanation(text: str | None) -> dict[str, int | float]:
     """Read the changes back out of a suggestion's explanation (an alert annotation, a results row).
 
     Args:
         text: e.g. ``"raise batch.num.messages 1 -> 8, scale producers 1 -> 2: predicted P_l ..."``.
 
     Returns:
-        Knob name -> new value: librdkafka names (``acks``, ``batch.num.messages``,
-        ``message.timeout.ms``), ``poll_interval_ms`` (ms) and ``producers`` (count).
+        Knob name -> new value (int when whole), ready to restart a producer with: librdkafka names
+        (``acks``, ``batch.num.messages``, ``message.timeout.ms``), ``poll_interval_ms`` (ms) and
+        ``producers`` (count). ``{}`` for None or text without changes.
     """
-    head = text.split(":", 1)[0]
-    return {name: float(new) for name, _old, new in _CHANGE.findall(head) if name in KNOB_NAMES.values()}
+    head = (text or "").split(":", 1)[0]
+    out: dict[str, int | float] = {}
+    for name, _old, new in _CHANGE.findall(head):
+        if name in KNOB_NAMES.values():
+            value = float(new)
+            out[name] = int(value) if value.is_integer() else value
+    return out

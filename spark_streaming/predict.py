@@ -26,7 +26,6 @@ which the driver counts (``kafka_audit_prediction_failures_total``).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -373,25 +372,6 @@ def make_predict_step(
             yield done[columns]
 
     return predict_batches
-
-
-_CHANGE = re.compile(r"(?:raise|lower|set|scale) ([\w.]+) (-?[\d.]+) -> (-?[\d.]+)")
-
-
-def suggestion_changes(text: str | None) -> dict[str, int | float]:
-    """Parse a window's ``suggestion`` (or an alert's) back into the configuration change it names.
-
-    ``"raise batch.num.messages 1 -> 10, raise message.timeout.ms 500 -> 3000: predicted ..."`` gives
-    ``{"batch.num.messages": 10, "message.timeout.ms": 3000}`` (librdkafka names; ``poll_interval_ms``
-    and ``producers`` for the polling interval and scaling), ready to restart a producer with.
-    Returns ``{}`` for None or text without changes.
-    """
-    head = (text or "").split(":", 1)[0]
-    out: dict[str, int | float] = {}
-    for key, _, new in _CHANGE.findall(head):
-        value = float(new)
-        out[key] = int(value) if value.is_integer() else value
-    return out
 
 
 def prediction_failures(rows: list[Mapping[str, Any]]) -> dict[tuple[str, str], int]:

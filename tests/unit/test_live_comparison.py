@@ -13,7 +13,7 @@ from kafka_audit.up_settings import load_up_settings
 from predictor.features import FEATURES
 from predictor.kpi import Weights, gamma
 from predictor.model import default_predictor
-from predictor.suggest import suggest
+from predictor.suggest import changes_from_explanation, suggest
 from spark_streaming.metrics import ResultMetrics
 from spark_streaming.predict import (
     KpiConfig,
@@ -21,7 +21,6 @@ from spark_streaming.predict import (
     feature_frame,
     make_predict_step,
     prediction_failures,
-    suggestion_changes,
 )
 from spark_streaming.settings import SparkJobSettings
 from spark_streaming.state import OUTPUT_COLUMNS, PREDICTION_COLUMNS
@@ -358,7 +357,7 @@ def test_a_window_gets_the_same_numbers_whatever_else_is_in_the_micro_batch(mode
 def test_suggestion_text_parses_back_into_the_configuration_change(model):
     out = add_predictions(pd.DataFrame([_row()]), CONFIG, lambda: model)
     text = out["suggestion"].iloc[0]
-    changes = suggestion_changes(text)
+    changes = changes_from_explanation(text)
     assert changes and set(changes) <= {
         "acks",
         "batch.num.messages",
@@ -367,8 +366,8 @@ def test_suggestion_text_parses_back_into_the_configuration_change(model):
         "producers",
     }
     assert all(f"{k} " in text and f"-> {v}" in text for k, v in changes.items())
-    assert suggestion_changes("set acks 1 -> 0, scale producers 1 -> 3: predicted P_l 0.2 -> 0.1") == {
+    assert changes_from_explanation("set acks 1 -> 0, scale producers 1 -> 3: predicted P_l 0.2 -> 0.1") == {
         "acks": 0,
         "producers": 3,
     }
-    assert suggestion_changes(None) == {} and suggestion_changes("nothing to change") == {}
+    assert changes_from_explanation(None) == {} and changes_from_explanation("nothing to change") == {}
