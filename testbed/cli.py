@@ -124,6 +124,10 @@ def grid(
     messages: Annotated[int | None, typer.Option(help="N messages per experiment (overrides).")] = None,
     brokers: Annotated[int, typer.Option(help="Kafka brokers (the paper: 3).")] = 3,
     data_dir: Annotated[Path, typer.Option(help="Cluster data directory.")] = Path("var/testbed/kafka"),
+    congestion_control: Annotated[
+        str | None,
+        typer.Option(help="TCP congestion control of the producer's namespace (overrides the grid file's)."),
+    ] = None,
 ) -> None:
     """Sweep a grid of experiments; one CSV row each; resumable (finished experiments are skipped)."""
     import shutil
@@ -139,6 +143,8 @@ def grid(
         raise _fail(exc) from exc
     if messages is not None:
         spec = spec.model_copy(update={"messages": messages})
+    if congestion_control is not None:
+        spec = spec.model_copy(update={"congestion_control": congestion_control})
     _interrupt_as_exception()
     shutil.rmtree(data_dir, ignore_errors=True)
     try:
@@ -154,7 +160,7 @@ def grid(
         ):
             task = progress.add_task(f"grid {spec.name}", total=spec.size, last="")
             with progress.console.status("starting the producer namespace and Kafka (3 brokers) ..."):
-                lab = Lab(data_dir, brokers=brokers)
+                lab = Lab(data_dir, brokers=brokers, congestion_control=spec.congestion_control)
             with lab:
                 run_grid(
                     spec,
@@ -194,11 +200,16 @@ def run(
     data_dir: Annotated[Path, typer.Option(help="Work directory (cluster, Spark checkpoint).")] = Path(
         "var/testbed/run"
     ),
+    congestion_control: Annotated[
+        str | None,
+        typer.Option(help="TCP congestion control of the producer's namespace (default: cubic)."),
+    ] = None,
 ) -> None:
     """Run a scenario: impaired audited producers, audit consumer, Spark job; compare with the verifier."""
     import shutil
 
     from testbed.lab import Lab
+    from testbed.netns import DEFAULT_CONGESTION_CONTROL
     from testbed.run import run_scenario
     from testbed.scenario import load_scenario
 
@@ -212,7 +223,8 @@ def run(
     shutil.rmtree(data_dir, ignore_errors=True)
     try:
         with console.status("starting the producer namespace and Kafka ..."):
-            lab = Lab(data_dir, brokers=brokers)
+            cc = congestion_control or DEFAULT_CONGESTION_CONTROL
+            lab = Lab(data_dir, brokers=brokers, congestion_control=cc)
         with lab:
             result = run_scenario(sc, lab, variant, spark=spark, work_dir=data_dir, log=console.log)
     except KeyboardInterrupt:

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kafka_audit.errors import ConfigError
 from testbed.impairment import BernoulliLoss, Delay, Impairment
+from testbed.netns import DEFAULT_CONGESTION_CONTROL
 
 if TYPE_CHECKING:
     from testbed.lab import Lab
@@ -91,6 +92,11 @@ class GridSpec(BaseModel):
         jitter_ms: Delay jitter sigma, ms (0: constant delay D).
         distribution: Delay distribution when jittered (``pareto``, ``normal``, ``uniform``).
         window_ms: Audit window, ms.
+        congestion_control: TCP congestion control of the producer's namespace (the paper's testbed ran
+            Linux's default, ``cubic``; see :data:`testbed.netns.DEFAULT_CONGESTION_CONTROL`).
+        warmup_messages: Messages sent unimpaired with ``batch.num.messages`` = 1 before the first
+            experiment, so the brokers' JIT has compiled the request path (cold brokers serve ~2x fewer
+            requests/s and would skew the first experiments).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -103,6 +109,8 @@ class GridSpec(BaseModel):
     jitter_ms: float = Field(0.0, ge=0.0)
     distribution: str = "pareto"
     window_ms: int = Field(10_000, gt=0)
+    congestion_control: str = DEFAULT_CONGESTION_CONTROL
+    warmup_messages: int = Field(60_000, ge=0)
 
     @field_validator("fixed", "sweep")
     @classmethod
@@ -252,14 +260,20 @@ def run_grid(
         todo.append((settings, repeat))
     if on_start is not None:
         on_start(len(todo), spec.size - len(todo))
-    if todo:  # warm up brokers (leaders, JIT) unimpaired, so the first experiment is not penalised
+    if todo and spec.warmup_messages:  # warm up the brokers' request path (leaders, JIT) unimpaired
         lab.apply(impairment({**DEFAULTS, "delay_ms": 0.0}))
         warm = lab.topic(f"testbed.{spec.name}.warmup.{uuid.uuid4().hex[:8]}")
-        lab.produce(
-            ProducerRun(
-                bootstrap_servers=lab.bootstrap_servers, topic=warm, count=5000, window_ms=spec.window_ms
+        config = {"acks": "1", "batch.num.messages": 1, "linger.ms": 0}
+        for _ in range(0, spec.warmup_messages, 20_000):
+            lab.produce(
+                ProducerRun(
+                    bootstrap_servers=lab.bootstrap_servers,
+                    topic=warm,
+                    config=config,
+                    count=min(20_000, spec.warmup_messages),
+                    window_ms=spec.window_ms,
+                )
             )
-        )
         lab.delete_topic(warm)
     for i, (settings, _repeat) in enumerate(todo):
         lab.apply(impairment(settings, spec.jitter_ms, spec.distribution))

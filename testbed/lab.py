@@ -23,7 +23,7 @@ from kafka_audit.errors import KafkaAuditError
 from kafka_audit.topics import ensure_topic
 from testbed.impairment import Impairment
 from testbed.kafka_cluster import KafkaCluster
-from testbed.netns import ProducerNamespace
+from testbed.netns import DEFAULT_CONGESTION_CONTROL, ProducerNamespace
 from testbed.producer_process import ProducerRun
 from testbed.verify import Verification, verify_topic
 
@@ -79,6 +79,8 @@ class Lab:
         brokers: 1 or 3 (the paper's testbed had 3).
         seed: Seed of the packet handler.
         audit_topic: Topic of the audit snapshots.
+        congestion_control: TCP congestion control of the producer's namespace
+            (:data:`~testbed.netns.DEFAULT_CONGESTION_CONTROL`).
 
     Raises:
         NetworkError: if not root or the namespace cannot be created.
@@ -86,9 +88,14 @@ class Lab:
     """
 
     def __init__(
-        self, data_dir: Path, brokers: int = 3, seed: int = 0, audit_topic: str = "__kafka_audit"
+        self,
+        data_dir: Path,
+        brokers: int = 3,
+        seed: int = 0,
+        audit_topic: str = "__kafka_audit",
+        congestion_control: str = DEFAULT_CONGESTION_CONTROL,
     ) -> None:
-        self.ns = ProducerNamespace(seed=seed)
+        self.ns = ProducerNamespace(seed=seed, congestion_control=congestion_control)
         self.audit_topic = audit_topic
         try:
             self.cluster = KafkaCluster.create(

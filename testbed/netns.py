@@ -15,7 +15,9 @@ the paper's testbed (Sec. V). The impairment sits in a router namespace rather t
 egress because a packet crossing a veth into another namespace is detached from its socket (NetEm does
 the same, ``skb_orphan``): held in the producer's own stack, queued packets would count against TCP
 Small Queues and throttle the producer to a few packets per delay period, which NetEm never does.
-The brokers listen on the root end's address (KafkaCluster ``broker_host``).
+The brokers listen on the root end's address (KafkaCluster ``broker_host``). The producer's namespace
+runs TCP CUBIC (:data:`DEFAULT_CONGESTION_CONTROL`), whatever the host's default, because the sender's
+congestion control decides how much random loss costs.
 :meth:`ProducerNamespace.close` (also on Ctrl-C) and :func:`cleanup_stale` (namespaces whose owner
 died) delete the namespaces, which removes the veth pairs, the iptables rules and the queue with them.
 """
@@ -38,6 +40,12 @@ from testbed.impairment import BernoulliLoss, Impairment
 PREFIX = "kaudit-"
 CHAIN = "KAUDIT"
 QUEUE = 0
+DEFAULT_CONGESTION_CONTROL = "cubic"
+"""TCP congestion control of the producer's namespace: Linux's default, which the paper's Docker testbed
+ran. A host may default to ``bbr`` (this machine does); BBR does not take random loss as a congestion
+signal, so it keeps its rate through 20 % Bernoulli loss and hides the loss effects the paper measures."""
+
+_SYSCTL = Path("/proc/sys/net/ipv4")
 
 
 class NetworkError(KafkaAuditError):
@@ -100,12 +108,18 @@ class ProducerNamespace:
     Args:
         index: Distinguishes namespaces of one process (0-63); picks the /30 subnet 10.213.<X>.0.
         seed: Seed of the packet handler's random numbers.
+        congestion_control: ``net.ipv4.tcp_congestion_control`` inside the producer's namespace (the
+            producer is the TCP sender whose reaction to loss matters); one of the kernel's
+            ``tcp_available_congestion_control``. See :data:`DEFAULT_CONGESTION_CONTROL`.
 
     Raises:
-        NetworkError: if not root, or if ``ip``/``iptables`` fail.
+        NetworkError: if not root, if ``ip``/``iptables`` fail, or if the kernel lacks
+            ``congestion_control`` (the message lists the available ones).
     """
 
-    def __init__(self, index: int = 0, seed: int = 0) -> None:
+    def __init__(
+        self, index: int = 0, seed: int = 0, congestion_control: str = DEFAULT_CONGESTION_CONTROL
+    ) -> None:
         require_root()
         cleanup_stale()
         pid = os.getpid()
@@ -119,6 +133,8 @@ class ProducerNamespace:
         self.ns_ip, self.router_ns_ip = f"10.213.{octet}.2", f"10.213.{octet}.1"
         self.router_host_ip, self.host_ip = f"10.214.{octet}.1", f"10.214.{octet}.2"
         self.seed = seed
+        self.congestion_control = congestion_control
+        self._allowed_before: str | None = None
         self.impairment = Impairment()
         self._handler: subprocess.Popen[str] | None = None
         self._closed = False
@@ -172,11 +188,33 @@ class ProducerNamespace:
             ["iptables", "-w", "-A", "FORWARD", "-i", self.rp_if, "-o", self.rh_if, "-j", CHAIN],
         ):
             self.router_ok(cmd)
+        self._set_congestion_control()
         # Segmentation offloads would hand the queue 64 KiB super-packets; NetEm on a NIC sees wire packets.
         for ns, dev in ((p, self.ns_if), (r, self.rp_if), (r, self.rh_if), (None, self.host_if)):
             cmd = ["ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"]
             with contextlib.suppress(NetworkError, FileNotFoundError):
                 _run(["ip", "netns", "exec", ns, *cmd] if ns else cmd)
+
+    def _set_congestion_control(self) -> None:
+        """Select :attr:`congestion_control` for new sockets in the producer's namespace.
+
+        A namespace other than the root one may only select algorithms in the root namespace's
+        ``tcp_allowed_congestion_control``; if it is missing there it is added for the lab's lifetime
+        (:meth:`close` restores the list once no testbed namespace is left).
+        """
+        cc = self.congestion_control
+        available = (_SYSCTL / "tcp_available_congestion_control").read_text().split()
+        if cc not in available:
+            raise NetworkError(
+                f"congestion control {cc!r} is not available in this kernel; "
+                f"available: {', '.join(available)}"
+            )
+        allowed_file = _SYSCTL / "tcp_allowed_congestion_control"
+        allowed = allowed_file.read_text().split()
+        if cc not in allowed:
+            self._allowed_before = " ".join(allowed)
+            allowed_file.write_text(" ".join([*allowed, cc]))
+        self.exec_ok(["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={cc}"])
 
     def close(self) -> None:
         """Stop the handler and delete both namespaces (which removes the veth pairs and the rules)."""
@@ -190,6 +228,9 @@ class ProducerNamespace:
                 _run(["ip", "netns", "delete", ns])
         with contextlib.suppress(NetworkError):  # the root end goes with its peer; make sure
             _run(["ip", "link", "delete", self.host_if])
+        if self._allowed_before is not None and not list_namespaces():
+            with contextlib.suppress(OSError):
+                (_SYSCTL / "tcp_allowed_congestion_control").write_text(self._allowed_before)
 
     def __enter__(self) -> ProducerNamespace:
         return self

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import csv
 import os
+from pathlib import Path
 
 import pytest
 
 from testbed.grid import CSV_COLUMNS, GridSpec, run_grid
 from testbed.impairment import BernoulliLoss, Delay, GilbertElliottLoss, Impairment
 from testbed.lab import Lab
-from testbed.netns import ProducerNamespace, list_namespaces
+from testbed.netns import NetworkError, ProducerNamespace, list_namespaces
 from testbed.probe import ping_probe
 from testbed.run import run_scenario
 from testbed.scenario import Scenario
@@ -21,13 +22,26 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the testbed creates network namespaces: needs root"),
 ]
 PROBES = 5000
+ALLOWED_CC = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
 
 
 @pytest.fixture(scope="module")
 def ns():
+    allowed_before = ALLOWED_CC.read_text()
     with ProducerNamespace(index=1, seed=11) as n:
         yield n
     assert n.name not in list_namespaces() and n.router not in list_namespaces()
+    if not list_namespaces():  # the last testbed namespace gone: the host's allowed list is as it was
+        assert ALLOWED_CC.read_text() == allowed_before
+
+
+def test_the_producer_namespace_runs_cubic_whatever_the_host_default(ns):
+    assert ns.exec_ok(["sysctl", "-n", "net.ipv4.tcp_congestion_control"]).strip() == "cubic"
+
+
+def test_an_unknown_congestion_control_is_refused_with_the_available_ones():
+    with pytest.raises(NetworkError, match=r"'nosuchcc' is not available .*available: .*reno"):
+        ProducerNamespace(index=2, congestion_control="nosuchcc")
 
 
 @pytest.mark.parametrize("loss_pct", [0.0, 5.0, 20.0])
@@ -101,6 +115,7 @@ def test_grid_writes_the_shared_csv_format_and_resumes(tmp_path):
     spec = GridSpec(
         name="pytest-grid",
         messages=1500,
+        warmup_messages=2000,
         fixed={"delay_ms": 5, "message_timeout_ms": 5000, "poll_interval_ms": 1},
         sweep={"packet_loss_pct": [0, 10], "acks": [0, 1]},
     )

@@ -108,6 +108,9 @@ def test_grid_file_errors_name_the_key(tmp_path):
         load_grid(bad)
     shipped = load_grid(Path("testbed/grids/batch-pktloss.yaml"))
     assert shipped.size >= 60
+    assert shipped.congestion_control == "cubic" and shipped.warmup_messages > 0
+    settings, _ = next(shipped.points())
+    assert settings["poll_interval_ms"] == 0 and settings["retries"] == 0  # the paper's full load, as its CSV
 
 
 def test_shipped_scenarios_and_variants():
