@@ -264,13 +264,13 @@ def run_grid(
         lab.apply(impairment({**DEFAULTS, "delay_ms": 0.0}))
         warm = lab.topic(f"testbed.{spec.name}.warmup.{uuid.uuid4().hex[:8]}")
         config = {"acks": "1", "batch.num.messages": 1, "linger.ms": 0}
-        for _ in range(0, spec.warmup_messages, 20_000):
+        for first in range(0, spec.warmup_messages, 20_000):
             lab.produce(
                 ProducerRun(
                     bootstrap_servers=lab.bootstrap_servers,
                     topic=warm,
                     config=config,
-                    count=min(20_000, spec.warmup_messages),
+                    count=min(20_000, spec.warmup_messages - first),
                     window_ms=spec.window_ms,
                 )
             )
