@@ -132,3 +132,29 @@ def read_to_end(
                     pending.discard(m.partition())
     finally:
         consumer.close()
+
+
+def watermarks(
+    config: Mapping[str, object], topic: str, timeout_s: float = 10.0
+) -> dict[int, tuple[int, int]]:
+    """Low and high watermark offsets of every partition of ``topic``: ``{partition: (low, high)}``.
+
+    ``high - low`` is the partition's message count when nothing was compacted or transactional.
+
+    Raises:
+        TopicError: if the topic does not exist or a broker does not answer within ``timeout_s``.
+    """
+    conf = client_config(config)
+    consumer = Consumer({**conf, "group.id": "kafka-audit.watermarks", "enable.auto.commit": False})
+    try:
+        md = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if md is None or md.error is not None or not md.partitions:
+            raise TopicError(f"topic {topic!r} does not exist")
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s, cached=False)
+            for p in sorted(md.partitions)
+        }
+    except KafkaException as exc:
+        raise TopicError(f"watermarks of topic {topic!r}: {exc.args[0].str()}") from exc
+    finally:
+        consumer.close()

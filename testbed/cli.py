@@ -256,6 +256,12 @@ def run(
         console.print(
             f"audit pipeline vs verifier: {exact}/{len(result.windows)} windows with equal R_l and R_d"
         )
+        late = sum(w.audit_late or 0 for w in result.windows)
+        if late:
+            console.print(
+                f"{late} message(s) reached the audit consumer after their window was final (late); "
+                "a longer grace_ms in the scenario counts them"
+            )
     console.print(f"results in {out}/stages.json and {out}/windows.csv")
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka_audit.errors import KafkaAuditError
-from kafka_audit.topics import ensure_topic
+from kafka_audit.topics import ensure_topic, watermarks
 from testbed.impairment import Impairment
 from testbed.kafka_cluster import KafkaCluster
 from testbed.netns import DEFAULT_CONGESTION_CONTROL, ProducerNamespace
@@ -185,9 +185,13 @@ class Lab:
     ) -> Verification:
         """Read ``topic`` in full and fill each outcome's ``received`` and ``unique`` (verifier).
 
-        Retries while the producers' final snapshots are not visible yet.
+        Call it after the producers exited. It first waits until the producers' connections are drained
+        (:meth:`ProducerNamespace.wait_drained`: the kernel keeps delivering an exited producer's send
+        queue for seconds), reads while the producers' final snapshots are not visible yet, and reads
+        again if the topic grew while it was being read (its watermarks hold more than was read).
 
         Raises:
+            NetworkError: if the producers' connections are not drained within ``timeout_s``.
             VerifyError: if the topic cannot be verified within ``timeout_s``.
         """
         import time
@@ -195,14 +199,20 @@ class Lab:
         from testbed.verify import VerifyError
 
         deadline = time.monotonic() + timeout_s
+        self.ns.wait_drained(timeout_s)
         while True:
             try:
                 v = verify_topic(self.kconfig, topic, window_ms, audit_topic=self.audit_topic)
-                break
             except VerifyError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(1.0)
+                continue
+            held = sum(high - low for low, high in watermarks(self.kconfig, topic).values())
+            if v.messages >= held:
+                break
+            if time.monotonic() > deadline:
+                raise VerifyError(f"topic {topic!r} still grows: {v.messages} messages read, it holds {held}")
         by_pid = {o.producer_id: o for o in outcomes}
         for o in outcomes:
             o.received = o.unique = 0

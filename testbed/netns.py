@@ -30,6 +30,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -262,6 +263,71 @@ class ProducerNamespace:
     def popen(self, cmd: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
         """Start ``cmd`` in the namespace (``subprocess.Popen`` keyword arguments pass through)."""
         return subprocess.Popen(self.command(cmd), **kwargs)
+
+    # ------------------------------------------------------------------------------ connections
+    def open_connections(self) -> list[str]:
+        """TCP connections between the producer's namespace and the brokers that may still carry data.
+
+        Both ends count: sockets inside the producer's namespace, including the orphans the kernel keeps
+        sending from after the producer process exited (FIN-WAIT-1 with a send queue: an ``acks=0``
+        producer's last requests), and broker sockets whose peer is the router's address (the router
+        masquerades). TIME-WAIT sockets carry nothing and are left out.
+
+        Returns:
+            One ``ss`` line per connection (``side state recv-q send-q local peer``); empty = drained.
+        """
+        producer_side = self.exec_ok(["ss", "-tnH", "state", "all", "exclude", "time-wait"])
+        broker_side = _run(
+            [
+                "ss",
+                "-tnH",
+                "state",
+                "all",
+                "exclude",
+                "time-wait",
+                "exclude",
+                "listening",
+                "dst",
+                self.router_host_ip,
+            ]
+        )
+        out = []
+        for side, text in (("producer", producer_side), ("broker", broker_side)):
+            for line in text.splitlines():
+                fields = line.split()
+                if side == "producer" and (fields[0] == "LISTEN" or self.host_ip not in fields[-1]):
+                    continue
+                out.append(f"{side} {' '.join(fields)}")
+        return out
+
+    def wait_drained(self, timeout_s: float = 120.0, poll_s: float = 0.1) -> float:
+        """Wait until no connection between the producer's namespace and the brokers is left.
+
+        A producer process that exits with data in its sockets' send queues leaves it to the kernel,
+        which goes on sending (and retransmitting through the impairment) for seconds; the brokers append
+        what arrives. Ground truth read before that ends misses messages the audit consumer later counts.
+
+        Args:
+            timeout_s: Deadline, s.
+            poll_s: Polling period, s.
+
+        Returns:
+            Seconds waited.
+
+        Raises:
+            NetworkError: if connections are still open at the deadline (the message lists them).
+        """
+        start = time.monotonic()
+        while True:
+            left = self.open_connections()
+            if not left:
+                return time.monotonic() - start
+            if time.monotonic() - start > timeout_s:
+                raise NetworkError(
+                    f"connections between {self.name} and the brokers still open after {timeout_s:.0f} s: "
+                    + "; ".join(left[:5])
+                )
+            time.sleep(poll_s)
 
     # ------------------------------------------------------------------------------ impairment
     def apply(self, impairment: Impairment) -> None:

@@ -66,6 +66,8 @@ class WindowComparison:
         sent: Messages the producers sent in the window (their audit snapshots).
         truth_loss_rate, truth_duplicate_rate: Verifier's R_l, R_d (fractions).
         audit_loss_rate, audit_duplicate_rate: Spark job's final R_l, R_d (None without Spark).
+        audit_late: Messages of the window the audit consumer read after the window was final (counted
+            as late, not as received; the verifier counts them): non-zero explains a difference.
         p_loss: Predicted P_l of the final window, if the job predicted one.
         gamma_actual: KPI gamma from R_l, R_d, if the job computed it.
     """
@@ -76,6 +78,7 @@ class WindowComparison:
     truth_duplicate_rate: float
     audit_loss_rate: float | None = None
     audit_duplicate_rate: float | None = None
+    audit_late: int | None = None
     p_loss: float | None = None
     gamma_actual: float | None = None
 
@@ -151,14 +154,13 @@ def run_scenario(
     for stage in scenario.stages:  # validate every stage before starting anything
         scenario.stage_config(stage, variant)
     stop = threading.Event()
-    grace_ms = max(2_000, scenario.window_ms // 2)
     consumer = AuditConsumer(
         AuditConsumerSettings(
             cluster=CLUSTER,
             topics=[topic],
             bootstrap_servers=lab.bootstrap_servers,
             window_ms=scenario.window_ms,
-            grace_ms=grace_ms,
+            grace_ms=scenario.grace_ms,
             audit_topic=lab.audit_topic,
             instance_id=f"testbed-{scenario.name}",
         )
@@ -215,6 +217,7 @@ def run_scenario(
                     dup / sent,
                     row.get("loss_rate"),
                     row.get("duplicate_rate"),
+                    row.get("late"),
                     row.get("p_loss"),
                     row.get("gamma_actual"),
                 )
@@ -246,7 +249,7 @@ def _start_job(
         clusters=[CLUSTER],
         trigger_ms=2_000,
         watermark_delay_ms=2_000,
-        grace_ms=max(8_000, scenario.window_ms),
+        grace_ms=scenario.grace_ms + max(6_000, scenario.window_ms // 2),  # after the consumer's finals
         heartbeat_ms=1_000,
         metrics_port=0,
         checkpoint_dir=work_dir / "spark" / "checkpoint",

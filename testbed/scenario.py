@@ -84,6 +84,11 @@ class Scenario(BaseModel):
         stream: Table II stream type for the KPI weights (``social``, ``weblog``, ``game``).
         topic: Data topic (created with 3 partitions).
         window_ms: Audit window, ms.
+        grace_ms: How long after a window's end the audit consumer waits for its messages before the
+            window is final, ms. Through a lossy path TCP delivers seconds late (retransmission timeouts,
+            and the kernel drains an exited producer's send queue); a message arriving after the grace
+            is counted as late, not in R_l's received, and the verifier (which reads the topic at the
+            end) would disagree. The Spark job's grace is derived from it.
         producer: Base librdkafka properties of every stage.
         variants: Named overrides of ``producer`` (``default`` is implicit and empty unless given).
         workload: Base workload.
@@ -97,6 +102,7 @@ class Scenario(BaseModel):
     stream: str = Field("weblog", pattern="^(social|weblog|game)$")
     topic: str = ""
     window_ms: int = Field(10_000, gt=0)
+    grace_ms: int = Field(10_000, ge=0)
     producer: dict[str, Any] = Field(default_factory=dict)
     variants: dict[str, dict[str, Any]] = Field(default_factory=dict)
     workload: Workload = Field(default_factory=Workload)
