@@ -101,6 +101,29 @@ def cleanup_stale() -> list[str]:
     return removed
 
 
+_OPEN_STATES = {"ESTAB", "SYN-SENT", "SYN-RECV", "CLOSE-WAIT"}
+_CLOSING_STATES = {"FIN-WAIT-1", "CLOSING", "LAST-ACK"}
+
+
+def carries_data(side: str, state: str, recv_q: int, send_q: int) -> bool:
+    """Whether one TCP socket (as ``ss -tn`` shows it) may still deliver messages to a broker.
+
+    Args:
+        side: ``producer`` (a socket in the producer's namespace) or ``broker`` (a broker's socket).
+        state: ``ss`` state name (ESTAB, FIN-WAIT-1, ...).
+        recv_q: Bytes received and not read by the application (Recv-Q).
+        send_q: Bytes not acknowledged by the peer yet (Send-Q; a pending FIN counts as 1).
+
+    A producer-side socket that is open can send more; one closing (FIN-WAIT-1, CLOSING, LAST-ACK) still
+    holds data while more than its FIN is unacknowledged. FIN-WAIT-2 and TIME-WAIT hold none. A broker
+    socket holds data until Kafka has read its receive queue; an idle one whose producer end is gone (its
+    RST or FIN lost to the impairment) stays ESTAB for ``connections.max.idle.ms`` and carries nothing.
+    """
+    if side == "broker":
+        return recv_q > 0
+    return state in _OPEN_STATES or (state in _CLOSING_STATES and send_q > 1)
+
+
 class ProducerNamespace:
     """The producer's namespace, its veth link to the host, and the current impairment.
 
@@ -266,38 +289,25 @@ class ProducerNamespace:
 
     # ------------------------------------------------------------------------------ connections
     def open_connections(self) -> list[str]:
-        """TCP connections between the producer's namespace and the brokers that may still carry data.
+        """TCP connections between the producer's namespace and the brokers that may still deliver data.
 
-        Both ends count: sockets inside the producer's namespace, including the orphans the kernel keeps
-        sending from after the producer process exited (FIN-WAIT-1 with a send queue: an ``acks=0``
-        producer's last requests), and broker sockets whose peer is the router's address (the router
-        masquerades). TIME-WAIT sockets carry nothing and are left out.
+        Producer side (sockets in the producer's namespace towards the brokers): an open socket, or an
+        orphan the kernel keeps sending from after the producer process exited (FIN-WAIT-1, CLOSING,
+        LAST-ACK with data not acknowledged yet: an ``acks=0`` producer's last requests). Broker side
+        (peer = the router's address, which masquerades): data received but not read by Kafka yet.
+        See :func:`carries_data`.
 
         Returns:
-            One ``ss`` line per connection (``side state recv-q send-q local peer``); empty = drained.
+            One line per such connection (``side state recv-q send-q local peer``); empty = drained.
         """
-        producer_side = self.exec_ok(["ss", "-tnH", "state", "all", "exclude", "time-wait"])
-        broker_side = _run(
-            [
-                "ss",
-                "-tnH",
-                "state",
-                "all",
-                "exclude",
-                "time-wait",
-                "exclude",
-                "listening",
-                "dst",
-                self.router_host_ip,
-            ]
-        )
+        producer_side = self.exec_ok(["ss", "-tnH", "state", "all", "dst", self.host_ip])
+        broker_side = _run(["ss", "-tnH", "state", "all", "dst", self.router_host_ip])
         out = []
         for side, text in (("producer", producer_side), ("broker", broker_side)):
             for line in text.splitlines():
                 fields = line.split()
-                if side == "producer" and (fields[0] == "LISTEN" or self.host_ip not in fields[-1]):
-                    continue
-                out.append(f"{side} {' '.join(fields)}")
+                if len(fields) >= 3 and carries_data(side, fields[0], int(fields[1]), int(fields[2])):
+                    out.append(f"{side} {' '.join(fields)}")
         return out
 
     def wait_drained(self, timeout_s: float = 120.0, poll_s: float = 0.1) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -90,30 +91,33 @@ def test_wait_drained_waits_for_the_send_queue_an_exited_process_left_to_the_ker
     ns.apply(Impairment())
     listener = socket.create_server((ns.host_ip, 0))
     port = listener.getsockname()[1]
-    payload = 4 << 20  # more than the socket buffers hold: the client exits with data still queued
     sender = ns.popen(
         [
             sys.executable,
             "-c",
             "import socket, sys; s = socket.create_connection((sys.argv[1], int(sys.argv[2]))); "
-            "s.setblocking(False)\n"
-            "try:\n    s.send(b'x' * int(sys.argv[3]))\nexcept BlockingIOError:\n    pass",
+            "s.setblocking(False); n = 0\n"
+            "try:\n    while True: n += s.send(b'x' * 65536)\nexcept BlockingIOError:\n    print(n)",
             ns.host_ip,
             str(port),
-            str(payload),
-        ]
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
-    conn, _ = listener.accept()  # accepted but not read yet: the sender's kernel holds the rest
+    conn, _ = listener.accept()  # not read: the receive window fills, the sender's kernel holds the rest
     try:
-        assert sender.wait(30) == 0
-        assert any(c.startswith("producer ") for c in ns.open_connections())  # the orphan
+        out, _ = sender.communicate(timeout=30)  # it exits with a full send queue (it wrote until EAGAIN)
+        assert sender.returncode == 0
+        pending = ns.open_connections()
+        assert any(c.startswith("producer FIN-WAIT-1") for c in pending), pending  # the orphan
+        assert any(c.startswith("broker ") for c in pending), pending  # received, not read
         with pytest.raises(NetworkError, match="still open after"):
             ns.wait_drained(timeout_s=0.5)
         received = 0
         while chunk := conn.recv(1 << 20):  # read to the sender's FIN
             received += len(chunk)
         conn.close()
-        assert received > 0
+        assert received == int(out)  # the kernel delivered everything the exited process had written
         ns.wait_drained(timeout_s=30)
         assert ns.open_connections() == []
     finally:

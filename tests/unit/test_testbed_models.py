@@ -134,3 +134,21 @@ def test_plots_from_the_shared_data(tmp_path):
     written = draw({"paper": read_csv(SHARED_CSV)}, tmp_path)
     assert [p.name for p in written] == [f"fig{i}.png" for i in range(4, 9)]
     assert all(p.stat().st_size > 10_000 for p in written)
+
+
+@pytest.mark.parametrize(
+    ("side", "state", "recv_q", "send_q", "pending"),
+    [
+        ("producer", "ESTAB", 0, 0, True),  # a live producer may send more
+        ("producer", "FIN-WAIT-1", 0, 81515, True),  # an exited producer's orphan, still sending
+        ("producer", "FIN-WAIT-1", 0, 1, False),  # only its FIN is unacknowledged: the data is there
+        ("producer", "LAST-ACK", 0, 1, False),
+        ("producer", "FIN-WAIT-2", 0, 0, False),
+        ("producer", "TIME-WAIT", 0, 0, False),
+        ("broker", "ESTAB", 2447, 0, True),  # received, not read by Kafka yet
+        ("broker", "ESTAB", 0, 0, False),  # half-open: the producer's RST was lost; nothing can come
+        ("broker", "CLOSE-WAIT", 0, 0, False),
+    ],
+)
+def test_which_sockets_may_still_deliver_messages(side, state, recv_q, send_q, pending):
+    assert netns.carries_data(side, state, recv_q, send_q) is pending
