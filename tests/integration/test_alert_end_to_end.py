@@ -142,7 +142,17 @@ def test_gamma_alert_fires_with_a_suggestion_and_resolves_once_it_is_applied(tmp
             }
             stage2_ms = time.time_ns() // 1_000_000
             procs = _producers(lab, topic, config, n, "tuned")
-            wait_for(lambda: not firing(), 150, "the gamma alert to resolve")
+            try:
+                wait_for(lambda: not firing(), 150, "the gamma alert to resolve")
+            except AssertionError as exc:
+                since = [
+                    (w, r["sent"], r["completeness"], r["gamma_actual"])
+                    for w, r in sorted(finals.items())
+                    if w >= stage2_ms - WINDOW_MS
+                ]
+                raise AssertionError(
+                    f"{exc}; {suggestion!r} applied as {n} producer(s) with {config}; windows since: {since}"
+                ) from None
         finally:
             for p in procs:
                 stop_quietly(p)
