@@ -17,7 +17,7 @@ SNMP_PATH = Path("/proc/net/snmp")
 """SNMP MIB counters of the reading process's network namespace (``/proc/net`` = ``/proc/self/net``)."""
 
 MIN_OUT_SEGMENTS = 20
-"""Fewer TCP segments than this since the last estimate: too few for a ratio; keep accumulating."""
+"""Fewer TCP segments than this since the last estimate: too few for a new ratio; keep accumulating."""
 
 
 def read_tcp_counters(path: Path = SNMP_PATH) -> tuple[int, int] | None:
@@ -51,6 +51,10 @@ class TcpRetransmitMeter:
     the testbed namespace (request/response traffic, Bernoulli loss on the producer's packets): L = 5%
     reads 5.5%, L = 15% reads 15.9%, no loss reads 0.
 
+    A stalled link sends few segments (TCP backs off its retransmission timer exponentially): over
+    such an interval the meter repeats its last estimate while the interval extends, rather than
+    leaving L unknown just when the loss is worst (an unknown L is predicted as 0).
+
     Args:
         path: The SNMP counters file (tests pass their own).
     """
@@ -58,25 +62,29 @@ class TcpRetransmitMeter:
     def __init__(self, path: Path = SNMP_PATH) -> None:
         self.path = path
         self._last = read_tcp_counters(path)
+        self._estimate: float | None = None
 
     def sample(self) -> float | None:
-        """Return the retransmission ratio in percent (0-100) since the last estimate, or None.
+        """Return the retransmission ratio in percent (0-100) since the last estimate.
 
-        None when the counters cannot be read, or fewer than :data:`MIN_OUT_SEGMENTS` segments went
-        out since the last estimate (the interval then extends to the next call).
+        When fewer than :data:`MIN_OUT_SEGMENTS` segments went out since the last estimate, the
+        interval extends to the next call and the last estimate is returned again. None when the
+        counters cannot be read, went back (another namespace: the meter starts over), or no estimate
+        has been made yet.
         """
         now = read_tcp_counters(self.path)
         if now is None or self._last is None:
-            self._last = now
+            self._last, self._estimate = now, None
             return None
         out, retrans = now[0] - self._last[0], now[1] - self._last[1]
         if out < 0 or retrans < 0:  # counters reset (new namespace): start over
-            self._last = now
+            self._last, self._estimate = now, None
             return None
         if out < MIN_OUT_SEGMENTS:
-            return None
+            return self._estimate
         self._last = now
-        return min(100.0, 100.0 * retrans / out)
+        self._estimate = min(100.0, 100.0 * retrans / out)
+        return self._estimate
 
 
 def parse_statistics(stats_json: str, tcp_retransmit_pct: float | None = None) -> NetworkStats:

@@ -12,8 +12,11 @@ configuration it
 3. computes gamma (Eq. 2) twice with the topic's weights (Table II preset): ``gamma_predicted`` with
    P_l, P_d and ``gamma_actual`` with the measured R_l, R_d. Both use the same service terms
    (:mod:`predictor.kpi`): lambda = sent / window length (messages/s), N_p = the audited producers,
-   mu = min(1, N_p * T / lambda), phi = mu * (1 - loss). A window does not measure the producers'
-   capacity, so T is the predicted one; without a prediction mu = 1 (the kpi module's convention);
+   mu = max(min(1, N_p * T / lambda), 1 - R_l), phi = mu * (1 - loss). A window does not measure the
+   producers' capacity, so T is the predicted one, but it bounds it from below: the producers delivered
+   (1 - R_l) * lambda messages/s, so they served at least that (a window that lost nothing kept up,
+   mu = 1, whatever the model thinks of the configuration's throughput). Without a prediction mu = 1
+   (the kpi module's convention);
 4. when ``gamma_actual < gamma_target``, asks :func:`predictor.suggest.suggest` for the smallest
    configuration change predicted to meet the target and stores its explanation in ``suggestion``.
 
@@ -184,6 +187,7 @@ def _gammas(out: pd.DataFrame, rows: pd.Index, pred: pd.DataFrame | None, weight
     if pred is not None:
         tp = pred.loc[rows, "throughput_msgs_per_s"]
         mu = (n_p * tp / lam).clip(0.0, 1.0).where(tp.notna() & lam.notna(), 1.0)
+        mu = np.maximum(mu, (1.0 - loss).clip(0.0, 1.0).fillna(0.0))  # delivered <= served
     else:
         mu = pd.Series(1.0, index=rows)
     ok = loss.notna() & dup.notna()

@@ -168,8 +168,8 @@ def test_gamma_alert_fires_with_a_suggestion_and_resolves_once_it_is_applied(tmp
     before = [r for w, r in finals.items() if stage1_ms <= w and w + WINDOW_MS <= stage2_ms]
     after = [r for w, r in finals.items() if w >= stage2_ms]
     assert before and after, (sorted(finals), stage1_ms, stage2_ms)
-    summary = [
-        (r["window_start_ms"], r["completeness"], r["gamma_actual"], r["suggestion"]) for r in finals.values()
-    ]
+    columns = ("window_start_ms", "completeness", "packet_loss_pct_est", "gamma_actual", "suggestion")
+    summary = [tuple(r[k] for k in columns) for r in finals.values()]
+    print("windows (start, completeness, L est. %, gamma_actual, suggestion):", *sorted(summary), sep="\n")
     assert mean_completeness(after) > mean_completeness(before), summary
     assert all(r["gamma_actual"] < TARGET for r in before if r["sent"] > 1000), summary

@@ -108,9 +108,10 @@ def test_final_windows_get_predictions_gammas_and_a_suggestion_below_target(mode
     for col in ("p_loss", "p_loss_lo", "p_loss_hi", "p_dup", "p_dup_lo", "p_dup_hi"):
         assert bad[col] == pytest.approx(expected[col])
     assert bad["p_loss_lo"] <= bad["p_loss"] <= bad["p_loss_hi"]
-    # Eq. 2 with weblog weights; mu from the predicted throughput and lambda = 5000 / 10 s
+    # Eq. 2 with weblog weights; mu from the predicted throughput and lambda = 5000 / 10 s, at least the
+    # delivered fraction 1 - R_l (the producers served what arrived)
     w = Weights.preset("weblog")
-    mu = min(1.0, expected["throughput_msgs_per_s"] / 500.0)
+    mu = max(min(1.0, expected["throughput_msgs_per_s"] / 500.0), 0.85)
     assert bad["gamma_actual"] == pytest.approx(gamma(mu * 0.85, mu, 0.15, 0.0, w))
     assert bad["gamma_predicted"] == pytest.approx(
         gamma(mu * (1 - expected["p_loss"]), mu, expected["p_loss"], expected["p_dup"], w)
@@ -140,6 +141,20 @@ def test_final_windows_get_predictions_gammas_and_a_suggestion_below_target(mode
     assert all(pd.isna(prov[c]) for c in PREDICTION_COLUMNS)
     assert good["gamma_actual"] >= 0.9 and good["suggestion"] is None and good["p_loss"] < 0.01
     assert producer["producer_id"] == "p" and pd.isna(producer["p_loss"])
+
+
+def test_a_window_that_lost_nothing_kept_up_whatever_the_predicted_throughput(model):
+    # 2,000,000 messages in 10 s is far beyond what the model gives one producer at L = 15%, but every
+    # one arrived: the producers served the stream (mu = 1), so gamma_actual is 1 - w4 * R_d = 1.
+    rows = pd.DataFrame([_row(sent=2_000_000, unique=2_000_000, loss_rate=0.0)])
+    out = add_predictions(rows, CONFIG, lambda: model).iloc[0]
+    assert model.predict(feature_frame(rows, 1000.0)).iloc[0]["throughput_msgs_per_s"] < 200_000
+    assert out["gamma_actual"] == pytest.approx(1.0)
+    # mu is the same in gamma_predicted: only the predicted P_l, P_d can pull it below 1
+    w = Weights.preset("weblog")
+    assert out["gamma_predicted"] == pytest.approx(
+        gamma(1.0 - out["p_loss"], 1.0, out["p_loss"], out["p_dup"], w)
+    )
 
 
 def test_topic_targets_and_stream_types_come_from_the_settings(model):

@@ -130,11 +130,14 @@ def test_tcp_retransmit_meter_ratio_over_the_interval(tmp_path):
     meter = TcpRetransmitMeter(snmp)
     _snmp(snmp, 1_200, 80)
     assert meter.sample() == pytest.approx(100 * 30 / 200)
-    _snmp(snmp, 1_200 + MIN_OUT_SEGMENTS - 1, 80)  # too few segments: no estimate, the interval extends
-    assert meter.sample() is None
-    _snmp(snmp, 1_400, 81)
-    assert meter.sample() == pytest.approx(100 * 1 / 200)
+    # too few segments (a stalled link): the last estimate again, and the interval extends
+    _snmp(snmp, 1_200 + MIN_OUT_SEGMENTS - 1, 90)
+    assert meter.sample() == pytest.approx(100 * 30 / 200)
+    _snmp(snmp, 1_400, 91)
+    assert meter.sample() == pytest.approx(100 * 11 / 200)
     _snmp(snmp, 10, 0)  # counters went back (another namespace): start over
+    assert meter.sample() is None
+    _snmp(snmp, 10 + MIN_OUT_SEGMENTS - 1, 0)  # too few and no estimate yet
     assert meter.sample() is None
     assert TcpRetransmitMeter(tmp_path / "missing").sample() is None
 
