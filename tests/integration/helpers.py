@@ -18,6 +18,20 @@ from audit_record.reader import read_audit_log
 CLUSTER = "test"
 
 
+PINNED_LOSS_PCT = 15.0
+
+
+class PinnedLoss:
+    """Stands in for TcpRetransmitMeter: the producer's link 'loses' PINNED_LOSS_PCT percent of its packets.
+
+    ``monkeypatch.setattr(audit_producer.producer, "TcpRetransmitMeter", PinnedLoss)`` before the
+    producers start: their L estimate (paper Eq. 1) then reads 15% without a network namespace.
+    """
+
+    def sample(self) -> float:
+        return PINNED_LOSS_PCT
+
+
 def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.5) -> Any:
     """Poll ``predicate`` until it returns something truthy, or fail after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

@@ -1,10 +1,10 @@
 """Every dashboard panel's PromQL returns data from a live run scraped by real Prometheus (issue 6).
 
 Real broker (session fixture), real audit consumer, the real Spark job (``kafka-audit spark-job``,
-``local[2]``, exporter on a free port), audited load plus a few messages from an unaudited producer,
-and Prometheus from Debian (``/usr/bin/prometheus``, scrape interval 1 s, the built alerting rules
-loaded). The dashboards come from ``kafka-audit dashboards build``; template variables are replaced
-as Grafana would for the test's topic and cluster.
+``local[2]``, exporter on a free port), audited load that really loses a third of its messages, a
+few messages from an unaudited producer, and Prometheus from Debian (``/usr/bin/prometheus``, scrape
+interval 1 s, the built alerting rules loaded). The dashboards come from ``kafka-audit dashboards
+build``; template variables are replaced as Grafana would for the test's topic and cluster.
 """
 
 from __future__ import annotations
@@ -22,12 +22,20 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
+import audit_producer.producer as producer_module
 from audit_producer import ProducerAuditSettings
 from audit_producer.load import run_load
 from audit_record import stamp
@@ -35,11 +43,12 @@ from audit_record.stamp import STAMP_HEADER
 from dashboards.build import PanelQuery, build, iter_queries
 from kafka_audit.topics import AUDIT_TOPIC_CONFIG, STATE_TOPIC_CONFIG, ensure_topic
 
-from .helpers import CLUSTER, consumer_settings, running_consumer, wait_for
+from .helpers import CLUSTER, PinnedLoss, consumer_settings, running_consumer, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 PROMETHEUS = "/usr/bin/prometheus"
 WINDOW_MS = 5_000
+MAX_MESSAGE_BYTES = 1_000  # the topic's max.message.bytes: the broker rejects larger record batches
 
 
 def _free_port() -> int:
@@ -184,7 +193,9 @@ def _unaudited_messages(bootstrap: str, topic: str, n: int = 50) -> None:
     assert raw.flush(30) == 0
 
 
-def test_every_panel_query_returns_data_from_a_live_run(bootstrap, topic, audit_topics, tmp_path):
+def test_every_panel_query_returns_data_from_a_live_run(
+    bootstrap, topic, audit_topics, tmp_path, monkeypatch
+):
     written = build(tmp_path / "grafana")
     models = [json.loads(p.read_text()) for p in written if p.suffix == ".json"]
     queries: list[PanelQuery] = [q for m in models for q in iter_queries(m)]
@@ -209,26 +220,57 @@ def test_every_panel_query_returns_data_from_a_live_run(bootstrap, topic, audit_
                 audit_topic=audit_topics["audit_topic"],
                 delivery_reports="errors",
             )
-            # 3000 msg/s is about twice what the predictor says one producer of this configuration
-            # serves (T ~ 1500 msg/s), so mu < 1, gamma < 0.9 (the default target) and every window gets a
-            # suggestion ("scale producers 1 -> 2"): the suggestion panel and the gamma alert have data.
-            stop_load = threading.Event()
-            loads: list = []
-            load = threading.Thread(
-                target=lambda: loads.append(
-                    run_load(
-                        {"bootstrap.servers": bootstrap, "client.id": "dashboards-live", "acks": "1"},
+            # Loss for real, so gamma is below the default 0.9 target and the suggestion panel has data:
+            # one record per batch (batch.num.messages=1); the "rejected" producer's 2,000-byte messages
+            # exceed the topic's max.message.bytes, the "ok" producer's weblog records (<= 300 bytes) do
+            # not: R_l = 400 / 1,200 per window. The L estimate is pinned to 15% (as if the link lost
+            # packets), where the model too expects heavy loss from batch.num.messages=1, so it suggests.
+            monkeypatch.setattr(producer_module, "TcpRetransmitMeter", PinnedLoss)
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            admin.incremental_alter_configs(
+                [
+                    ConfigResource(
+                        ResourceType.TOPIC,
                         topic,
-                        "weblog",
-                        rate=3_000,
-                        duration_s=150,
-                        audit=audit,
-                        stop=stop_load,
+                        incremental_configs=[
+                            ConfigEntry(
+                                "max.message.bytes",
+                                str(MAX_MESSAGE_BYTES),
+                                incremental_operation=AlterConfigOpType.SET,
+                            )
+                        ],
                     )
-                ),
-                daemon=True,
-            )
-            load.start()
+                ]
+            )[ConfigResource(ResourceType.TOPIC, topic)].result(30)
+            stop_load = threading.Event()
+            loads: dict[str, Any] = {}
+
+            def load(name: str, rate: float, message_bytes: int | None) -> None:
+                config = {
+                    "bootstrap.servers": bootstrap,
+                    "client.id": f"dashboards-{name}",
+                    "acks": "1",
+                    "batch.num.messages": 1,
+                    "linger.ms": 0,
+                    "message.timeout.ms": 5_000,
+                }
+                loads[name] = run_load(
+                    config,
+                    topic,
+                    "weblog",
+                    rate=rate,
+                    duration_s=200,
+                    audit=audit,
+                    message_bytes=message_bytes,
+                    stop=stop_load,
+                )
+
+            threads = [
+                threading.Thread(target=load, args=("ok", 800, None), daemon=True),
+                threading.Thread(target=load, args=("rejected", 400, 2 * MAX_MESSAGE_BYTES), daemon=True),
+            ]
+            for t in threads:
+                t.start()
             _unaudited_messages(bootstrap, topic)  # one producer without audit snapshots
 
             pending = {substitute(q.expr, topic) for q in panel_queries}
@@ -255,14 +297,15 @@ def test_every_panel_query_returns_data_from_a_live_run(bootstrap, topic, audit_
                 )
 
             t_load = time.monotonic()
-            deadline = t_load + 150  # what has no data by then is reported panel by panel below
+            deadline = t_load + 180  # what has no data by then is reported panel by panel below
             try:
                 while not settled() and time.monotonic() < deadline:
                     time.sleep(2)
             finally:
                 stop_load.set()
-                load.join(60)
-            assert loads and loads[0].produced > 10_000, loads
+                for t in threads:
+                    t.join(60)
+            assert set(loads) == {"ok", "rejected"} and loads["ok"].produced > 10_000, loads
             print(  # timing of the phases, shown with -s
                 f"start {t_load - t0:.0f} s, first final +{(final_seen or [t_load])[0] - t_load:.0f} s, "
                 f"settled +{time.monotonic() - t_load:.0f} s"

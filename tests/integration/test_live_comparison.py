@@ -24,19 +24,12 @@ from predictor.kpi import Weights, gamma
 from spark_streaming.job import ReconciliationJob
 from spark_streaming.results import final_results, read_results
 
-from .helpers import CLUSTER, consumer_settings, running_consumer, wait_for
+from .helpers import CLUSTER, PINNED_LOSS_PCT, PinnedLoss, consumer_settings, running_consumer, wait_for
 from .test_spark_reconciliation import job_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 WINDOW_MS = 5_000
-L_PCT = 15.0
-
-
-class PinnedLoss:
-    """Stands in for TcpRetransmitMeter: the producer's link 'loses' L_PCT percent of its packets."""
-
-    def sample(self) -> float:
-        return L_PCT
+L_PCT = PINNED_LOSS_PCT
 
 
 def test_final_windows_carry_prediction_gamma_suggestion_metrics_and_alert(
