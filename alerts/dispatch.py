@@ -9,7 +9,7 @@ dispatch (at most ``max_pending`` per sink; beyond that the oldest are dropped a
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from alerts.event import AlertEvent
 from alerts.exceptions import AlertSinkError
@@ -82,6 +82,22 @@ class Dispatcher:
     def pending(self) -> dict[str, int]:
         """Return the number of undelivered events per sink."""
         return {name: len(events) for name, events in self._pending.items()}
+
+    def pending_events(self) -> dict[str, list[AlertEvent]]:
+        """Return the undelivered events per sink, oldest first (copies of the retry queues)."""
+        return {name: list(events) for name, events in self._pending.items()}
+
+    def restore_pending(self, pending: Mapping[str, Sequence[AlertEvent]]) -> None:
+        """Queue ``pending`` (:meth:`pending_events` of an earlier process) for retry.
+
+        Events of sinks no longer configured are dropped with a warning; each queue stays bounded by
+        ``max_pending``.
+        """
+        for name, events in pending.items():
+            if name not in self._pending:
+                log.warning("alert sink %s gone: %d undelivered event(s) dropped", name, len(events))
+                continue
+            self._pending[name] = self._bounded(name, _unique([*events, *self._pending[name]]))
 
     def dispatch(self, events: Sequence[AlertEvent], now_ms: int) -> dict[str, bool]:
         """Send queued and new ``events`` to every sink; never raises for a sink failure.

@@ -14,8 +14,9 @@ provisional and final::
 * Each (alertname, topic, tier) has its own state machine (:mod:`alerts.state`); only its FIRE and
   RESOLVE transitions become events, so a firing alert is reported once and resolved once.
 
-State is in memory: after a restart firing alerts are forgotten (Alertmanager then resolves them
-itself once their ``endsAt`` passes, see :mod:`alerts.sinks.alertmanager`).
+The state lives in memory; :meth:`AlertEngine.to_state` / :meth:`AlertEngine.restore` carry it over
+a restart (:class:`alerts.pipeline.AlertPipeline` keeps it in a file next to the Spark checkpoint), so
+a firing alert stays firing, resolves once, and a window judged before the restart is not judged again.
 """
 
 from __future__ import annotations
@@ -105,6 +106,52 @@ class AlertEngine:
                 obs = rule.evaluate(*key, self._open.get(key, {}), now_ms)
                 events.extend(self._step(rule.alertname, rule.severity, key, machine, obs, now_ms))
         return events
+
+    def to_state(self) -> dict[str, Any]:
+        """Return the engine's state as JSON-compatible data (see :meth:`restore`).
+
+        Holds per (alertname, topic, tier) the state machine (state, streaks), the firing event and the
+        last episode's end; per (topic, tier) the newest final window judged and the open windows.
+        """
+        return {
+            "machines": [
+                [*k, m.state.value, m.bad_streak, m.good_streak] for k, m in sorted(self._machines.items())
+            ],
+            "firing": [e.to_dict() for e in self._firing.values()],
+            "last_end": [[*k, v] for k, v in sorted(self._last_end.items())],
+            "last_final": [[*k, v] for k, v in sorted(self._last_final.items())],
+            "open": [[*k, sorted(v.items())] for k, v in sorted(self._open.items())],
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`to_state`'s data (of this or an earlier process).
+
+        The for / keep-firing counts come from the current settings, not the saved state. Alerts of
+        rules no longer configured keep their state but are not evaluated.
+
+        Raises:
+            ValueError: the data is not what :meth:`to_state` returns (nothing is changed then).
+        """
+        try:
+            counts = {r.alertname: (r.for_count, r.keep_firing_count) for r in self.window_rules}
+            if self.lag_rule is not None:
+                counts[self.lag_rule.alertname] = (self.lag_rule.for_count, self.lag_rule.keep_firing_count)
+            machines: dict[AlertKey, AlertStateMachine] = {}
+            for name, topic, tier, st, bad, good in state["machines"]:
+                for_count, keep = counts.get(name, (1, 1))
+                machines[(name, topic, tier)] = AlertStateMachine(
+                    for_count, keep, AlertState(st), int(bad), int(good)
+                )
+            firing = {(e.alertname, e.topic, e.tier): e for e in map(AlertEvent.from_dict, state["firing"])}
+            last_end = {(n, t, r): int(v) for n, t, r, v in state["last_end"]}
+            last_final = {(t, r): int(v) for t, r, v in state["last_final"]}
+            open_ = {(t, r): {int(a): int(b) for a, b in v} for t, r, v in state["open"]}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not an alert engine state: {type(exc).__name__}: {exc}") from exc
+        if any(machines.get(k) is None or not machines[k].firing for k in firing):
+            raise ValueError("not an alert engine state: a firing event without a firing state machine")
+        self._machines, self._firing, self._last_end = machines, firing, last_end
+        self._last_final, self._open = last_final, open_
 
     def firing(self) -> list[AlertEvent]:
         """Return the firing event of every alert firing now."""

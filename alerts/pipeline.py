@@ -2,10 +2,16 @@
 
 ::
 
-    pipeline = AlertPipeline(AlertSettings(), registry=job.metrics.registry)
+    pipeline = AlertPipeline(AlertSettings(), registry=job.metrics.registry, state_path=...)
     job = ReconciliationJob(spark_settings, listeners=[pipeline.on_batch])
     ...
     pipeline.close()
+
+With a ``state_path`` the engine's state and the undelivered events survive a restart
+(:mod:`alerts.state_file`): they are saved after every evaluation, and a new pipeline continues from
+them and sends the still-firing alerts once more on its first evaluation (Alertmanager needs them
+re-posted to keep them active; the alerts topic and webhooks see a re-sent event, which their readers
+deduplicate by ``event_id``).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -23,6 +30,7 @@ from alerts.event import AlertEvent
 from alerts.metrics import AlertMetrics
 from alerts.settings import AlertSettings
 from alerts.sinks.base import AlertSink
+from alerts.state_file import AlertStateFile
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +43,7 @@ class AlertPipeline:
         registry: prometheus-client registry for ``kafka_audit_alerts_firing`` and the sink error counter
             (default: a new private one, see :attr:`metrics`).
         sinks: Override the sinks ``settings`` configure (tests, custom destinations).
+        state_path: JSON file of the pipeline's state (None: in memory only); see the module docstring.
     """
 
     def __init__(
@@ -42,6 +51,7 @@ class AlertPipeline:
         settings: AlertSettings | None = None,
         registry: CollectorRegistry | None = None,
         sinks: Sequence[AlertSink] | None = None,
+        state_path: Path | None = None,
     ) -> None:
         self.settings = settings or AlertSettings()
         self.engine = AlertEngine(self.settings)
@@ -50,6 +60,29 @@ class AlertPipeline:
             self.dispatcher = Dispatcher.from_settings(self.settings, self.metrics)
         else:
             self.dispatcher = Dispatcher(sinks, self.metrics, self.settings.max_pending_events)
+        self.state_file = AlertStateFile(state_path) if state_path is not None else None
+        self._resend: list[AlertEvent] = []
+        if self.state_file is not None:
+            self._restore(self.state_file)
+
+    def _restore(self, state_file: AlertStateFile) -> None:
+        saved = state_file.load()
+        if saved is None:
+            return
+        try:
+            self.engine.restore(saved.engine)
+        except ValueError as exc:
+            state_file.set_aside(str(exc))
+            return
+        self.dispatcher.restore_pending(saved.pending)
+        self._resend = self.engine.firing()
+        self.metrics.update_firing(self._resend)
+        log.info(
+            "alert state restored from %s: %d firing, %d undelivered event(s)",
+            state_file.path,
+            len(self._resend),
+            sum(self.dispatcher.pending().values()),
+        )
 
     def process(self, results: Iterable[Mapping[str, Any]], now_ms: int | None = None) -> list[AlertEvent]:
         """Evaluate one micro-batch of window results (provisional and final), dispatch, update metrics.
@@ -67,7 +100,10 @@ class AlertPipeline:
         events = self.engine.observe(results, now)
         self.metrics.count_events(events)
         self.metrics.update_firing(self.engine.firing())
-        self.dispatcher.dispatch(events, now)
+        resend, self._resend = self._resend, []
+        self.dispatcher.dispatch([*resend, *events], now)
+        if self.state_file is not None:
+            self.state_file.save(self.engine.to_state(), self.dispatcher.pending_events())
         return events
 
     def on_batch(self, batch_id: int, results: list[dict[str, Any]]) -> None:

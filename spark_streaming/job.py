@@ -8,7 +8,8 @@ a heartbeat thread (event time advances while producers are idle) and the sinks.
 The query: Kafka source -> decode (``mapInPandas``) -> stateful reconcile (``applyInPandasWithState``)
 -> live comparison (``mapInPandas``, :mod:`spark_streaming.predict`: P_l, P_d, gamma, suggestion for
 final windows) -> ``foreachBatch``: exactly-once sinks, Prometheus metrics, listeners, and (with
-``alerts``) the alert pipeline (:class:`alerts.AlertPipeline`).
+``alerts``) the alert pipeline (:class:`alerts.AlertPipeline`), whose state (firing alerts, judged
+windows, undelivered events) lives next to the query's in the checkpoint directory.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 ResultListener = Callable[[int, list[dict[str, Any]]], None]
+ALERT_STATE_FILE = "alerts-state.json"
+"""The alert pipeline's state (:mod:`alerts.state_file`), kept in the checkpoint directory."""
 _CONNECTOR_JARS = ("spark-sql-kafka", "spark-token-provider-kafka", "kafka-clients", "commons-pool2")
 
 
@@ -248,7 +251,12 @@ class ReconciliationJob:
                     flush_timeout_ms=settings.kafka_flush_timeout_ms,
                 ),
             )
-        self.alerts = AlertPipeline(settings, registry=self.metrics.registry, sinks=sinks)
+        self.alerts = AlertPipeline(
+            settings,
+            registry=self.metrics.registry,
+            sinks=sinks,
+            state_path=self.s.checkpoint_dir / ALERT_STATE_FILE,  # resumes with the checkpoint
+        )
         self.listeners.append(self.alerts.on_batch)
 
     def progress(self) -> dict[str, Any]:

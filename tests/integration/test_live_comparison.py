@@ -16,12 +16,13 @@ import time
 import pytest
 
 import audit_producer.producer as producer_module
-from alerts import AlertSettings
+from alerts import AlertEngine, AlertSettings
 from alerts.codec import decode_alert
+from alerts.state_file import AlertStateFile
 from audit_producer import AuditedProducer, ProducerAuditSettings
 from kafka_audit.topics import ensure_topic, read_to_end
 from predictor.kpi import Weights, gamma
-from spark_streaming.job import ReconciliationJob
+from spark_streaming.job import ALERT_STATE_FILE, ReconciliationJob
 from spark_streaming.results import final_results, read_results
 
 from .helpers import CLUSTER, PINNED_LOSS_PCT, PinnedLoss, consumer_settings, running_consumer, wait_for
@@ -153,3 +154,9 @@ def test_final_windows_carry_prediction_gamma_suggestion_metrics_and_alert(
         )
         == 1.0
     )
+    # The alert state is kept next to the query's checkpoint: a restarted job continues this episode.
+    saved = AlertStateFile(settings.checkpoint_dir / ALERT_STATE_FILE).load()
+    assert saved is not None
+    restored = AlertEngine(AlertSettings())
+    restored.restore(saved.engine)
+    assert gamma_alerts[0].event_id in {e.event_id for e in restored.firing()}
