@@ -103,7 +103,10 @@ class AlertPipeline:
         resend, self._resend = self._resend, []
         self.dispatcher.dispatch([*resend, *events], now)
         if self.state_file is not None:
-            self.state_file.save(self.engine.to_state(), self.dispatcher.pending_events())
+            try:
+                self.state_file.save(self.engine.to_state(), self.dispatcher.pending_events())
+            except OSError as exc:  # alerting goes on; a restart would then resume from an older state
+                log.error("alert state not saved to %s: %s", self.state_file.path, exc)
         return events
 
     def on_batch(self, batch_id: int, results: list[dict[str, Any]]) -> None:

@@ -132,3 +132,13 @@ def test_the_state_file_round_trips_and_has_no_temporary_file_left(tmp_path):
     assert saved is not None and saved.engine == json.loads(json.dumps(event.engine.to_state()))
     assert saved.pending == {"rec": event.engine.firing()}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
+
+
+def test_a_state_that_cannot_be_saved_is_logged_and_alerting_goes_on(tmp_path, caplog):
+    where = tmp_path / "checkpoint"
+    sink = Recorder()
+    p = pipeline(where / "alerts-state.json", sink)
+    where.write_text("")  # a file where the directory should be: it cannot be created
+    p.process([window(0, 0.5), window(1, 0.5)], T0 + 2 * W)
+    assert [e.alertname for e in sink.events] == [GAMMA]
+    assert "alert state not saved" in caplog.text
