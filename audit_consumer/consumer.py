@@ -44,8 +44,41 @@ log = logging.getLogger(__name__)
 COMPONENT = "audit-consumer"
 
 
+REWIND_TIMEOUT_S = 120
+"""How long a rewind waits for the group's committed offsets (see :func:`committed_offsets`), s."""
+
+
 class AuditConsumerError(KafkaAuditError):
     """The audit consumer cannot go on (fenced by a newer instance, or a fatal Kafka error)."""
+
+
+def committed_offsets(
+    consumer: Consumer, partitions: list[TopicPartition], timeout_s: float = REWIND_TIMEOUT_S
+) -> list[TopicPartition]:
+    """Return the group's committed offsets of ``partitions``, retrying timeouts for up to ``timeout_s``.
+
+    Right after a hung transaction the group coordinator can answer late (seen once in CI: a 30 s
+    OffsetFetch timeout right after the transactional producer was replaced). One cause is KIP-447:
+    offsets of the abandoned transaction stay pending ("unstable") until the coordinator aborts it.
+
+    Args:
+        consumer: The group's consumer.
+        partitions: Partitions to look up.
+        timeout_s: Overall deadline, s; each attempt waits up to 30 s.
+
+    Raises:
+        AuditConsumerError: any other error, or no answer by the deadline (the caller then changes
+            nothing: a restarted instance resumes from the committed state).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return list(consumer.committed(partitions, min(30.0, max(1.0, timeout_s))))
+        except KafkaException as exc:
+            err: KafkaError = exc.args[0]
+            if err.code() != KafkaError._TIMED_OUT or time.monotonic() >= deadline:
+                raise AuditConsumerError(f"cannot read the committed offsets: {err.str()}") from exc
+            log.warning("committed offsets not read yet (%s); retrying", err.str())
 
 
 @dataclass
@@ -410,7 +443,9 @@ class AuditConsumer:
         assigned = self._consumer.assignment()
         keys = [(p.topic, p.partition) for p in assigned]
         loaded = self._load_states(keys)
-        committed = {(tp.topic, tp.partition): tp.offset for tp in self._consumer.committed(assigned, 30)}
+        committed = {
+            (tp.topic, tp.partition): tp.offset for tp in committed_offsets(self._consumer, assigned)
+        }
         for key in keys:
             self._parts[key] = loaded.get(key) or PartitionCounts(
                 key[0], key[1], self.s.window_ms, self.s.grace_ms
