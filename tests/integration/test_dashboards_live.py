@@ -27,13 +27,7 @@ from typing import Any
 import pytest
 import yaml
 from confluent_kafka import Producer
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ResourceType,
-)
+from confluent_kafka.admin import AdminClient
 
 import audit_producer.producer as producer_module
 from audit_producer import ProducerAuditSettings
@@ -42,6 +36,7 @@ from audit_record import stamp
 from audit_record.stamp import STAMP_HEADER
 from dashboards.build import PanelQuery, build, iter_queries
 from kafka_audit.topics import AUDIT_TOPIC_CONFIG, STATE_TOPIC_CONFIG, ensure_topic
+from tests.conftest import unique_name
 
 from .helpers import CLUSTER, PinnedLoss, consumer_settings, running_consumer, wait_for
 
@@ -194,8 +189,12 @@ def _unaudited_messages(bootstrap: str, topic: str, n: int = 50) -> None:
 
 
 def test_every_panel_query_returns_data_from_a_live_run(
-    bootstrap, topic, audit_topics, tmp_path, monkeypatch
+    bootstrap, request, audit_topics, tmp_path, monkeypatch
 ):
+    topic = unique_name(request)
+    ensure_topic(
+        {"bootstrap.servers": bootstrap}, topic, 3, topic_config={"max.message.bytes": str(MAX_MESSAGE_BYTES)}
+    )
     written = build(tmp_path / "grafana")
     models = [json.loads(p.read_text()) for p in written if p.suffix == ".json"]
     queries: list[PanelQuery] = [q for m in models for q in iter_queries(m)]
@@ -226,22 +225,6 @@ def test_every_panel_query_returns_data_from_a_live_run(
             # not: R_l = 400 / 1,200 per window. The L estimate is pinned to 15% (as if the link lost
             # packets), where the model too expects heavy loss from batch.num.messages=1, so it suggests.
             monkeypatch.setattr(producer_module, "TcpRetransmitMeter", PinnedLoss)
-            admin = AdminClient({"bootstrap.servers": bootstrap})
-            admin.incremental_alter_configs(
-                [
-                    ConfigResource(
-                        ResourceType.TOPIC,
-                        topic,
-                        incremental_configs=[
-                            ConfigEntry(
-                                "max.message.bytes",
-                                str(MAX_MESSAGE_BYTES),
-                                incremental_operation=AlterConfigOpType.SET,
-                            )
-                        ],
-                    )
-                ]
-            )[ConfigResource(ResourceType.TOPIC, topic)].result(30)
             stop_load = threading.Event()
             loads: dict[str, Any] = {}
 

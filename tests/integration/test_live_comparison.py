@@ -30,7 +30,6 @@ from .test_spark_reconciliation import job_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 WINDOW_MS = 5_000
-L_PCT = PINNED_LOSS_PCT
 
 
 def test_final_windows_carry_prediction_gamma_suggestion_metrics_and_alert(
@@ -95,7 +94,7 @@ def test_final_windows_carry_prediction_gamma_suggestion_metrics_and_alert(
     weights = Weights.preset("weblog")
     suggested = []
     for r in finals:
-        assert r["packet_loss_pct_est"] == L_PCT
+        assert r["packet_loss_pct_est"] == PINNED_LOSS_PCT
         assert r["delay_ms_est"] == pytest.approx(r["rtt_avg_ms"] / 2)
         assert 10 <= r["message_size_bytes"] <= 300
         assert r["p_loss_lo"] <= r["p_loss"] <= r["p_loss_hi"]
