@@ -14,8 +14,9 @@ demo: bootstrap  ## kafka-audit up on the embedded default: local Kafka + audit 
 	rm -rf var/demo
 	$(CLI) up --config examples/demo.toml --json-out var/demo-results.jsonl
 
-test: bootstrap  ## lint + every test tier (unit and integration against the real local broker)
+test: bootstrap  ## lint + the layers contract + every test tier (unit and integration against the real local broker)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest
 
 test-unit: bootstrap
@@ -23,6 +24,7 @@ test-unit: bootstrap
 
 lint: bootstrap
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff format --check . || true
 
 bench: bootstrap  ## benchmarks (not tests): print tables with ratios against baselines

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from alerts.engine import AlertEngine
     from alerts.event import ALERT_NAMES, AlertEvent, AlertStatus
     from alerts.metrics import AlertMetrics
-    from alerts.pipeline import AlertPipeline
+    from alerts.pipeline import AlertPipeline, attach_to_job
     from alerts.settings import AlertSettings
     from alerts.state import AlertState, AlertStateMachine
 
@@ -35,6 +35,7 @@ _EXPORTS = {
     "AlertStateMachine": "alerts.state",
     "AlertStatus": "alerts.event",
     "Dispatcher": "alerts.dispatch",
+    "attach_to_job": "alerts.pipeline",
     "sinks_from_settings": "alerts.dispatch",
 }
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "AlertStateMachine",
     "AlertStatus",
     "Dispatcher",
+    "attach_to_job",
     "sinks_from_settings",
 ]
 

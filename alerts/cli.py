@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kafka_audit.errors import ConfigError, KafkaAuditError
+from kafka_plumbing.errors import ConfigError, KafkaAuditError
 
 if TYPE_CHECKING:
     from alerts.event import AlertEvent
@@ -228,7 +228,7 @@ def tail_cmd(
 ) -> None:
     """Print every alert event in the alerts topic (read to its end)."""
     from alerts.codec import decode_alert
-    from kafka_audit.topics import read_to_end
+    from kafka_plumbing.topics import read_to_end
 
     try:
         s = _settings(None, bootstrap_servers=bootstrap_servers, alerts_topic=alerts_topic)

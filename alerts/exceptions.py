@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kafka_audit.errors import KafkaAuditError
+from kafka_plumbing.errors import KafkaAuditError
 
 if TYPE_CHECKING:
     from alerts.event import AlertEvent

@@ -2,10 +2,9 @@
 
 ::
 
-    pipeline = AlertPipeline(AlertSettings(), registry=job.metrics.registry, state_path=...)
-    job = ReconciliationJob(spark_settings, listeners=[pipeline.on_batch])
-    ...
-    pipeline.close()
+    job = ReconciliationJob(spark_settings)
+    pipeline = attach_to_job(job, AlertSettings())   # a listener of every micro-batch, closed by job.stop()
+    job.start()
 
 With a ``state_path`` the engine's state and the undelivered events survive a restart
 (:mod:`alerts.state_file`): they are saved after every evaluation, and a new pipeline continues from
@@ -20,17 +19,20 @@ import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
-from alerts.dispatch import Dispatcher
+from alerts.dispatch import Dispatcher, sinks_from_settings
 from alerts.engine import AlertEngine
 from alerts.event import AlertEvent
 from alerts.metrics import AlertMetrics
 from alerts.settings import AlertSettings
 from alerts.sinks.base import AlertSink
 from alerts.state_file import AlertStateFile
+
+if TYPE_CHECKING:
+    from spark_streaming.job import ReconciliationJob
 
 log = logging.getLogger(__name__)
 
@@ -122,3 +124,48 @@ class AlertPipeline:
     def close(self) -> None:
         """Flush and close the sinks."""
         self.dispatcher.close()
+
+
+ALERT_STATE_FILE = "alerts-state.json"
+"""The alert pipeline's state (:mod:`alerts.state_file`), kept in the job's checkpoint directory."""
+
+
+def attach_to_job(job: ReconciliationJob, settings: AlertSettings) -> AlertPipeline:
+    """Evaluate the alert rules on every micro-batch of ``job``; call before ``job.start()``.
+
+    The alerts topic goes to the job's cluster, with the job's security settings, unless
+    ``settings.bootstrap_servers`` names another; ``settings.grace_ms`` defaults to the job's grace, and
+    the job's gamma target (topics without their own) to ``settings.gamma_target`` when the job has
+    none. The pipeline's state (firing alerts, judged windows, undelivered events) lives in the job's
+    checkpoint directory (:data:`ALERT_STATE_FILE`), so it resumes with the query; ``job.stop()``
+    closes the sinks.
+
+    Returns:
+        The pipeline, registered as a listener on the job's metrics registry.
+    """
+    from alerts.sinks.kafka import KafkaAlertSink
+
+    if "grace_ms" not in settings.model_fields_set:
+        settings = settings.model_copy(update={"grace_ms": job.s.grace_ms})
+    if job.s.gamma_target is None:
+        job.gamma_target = settings.gamma_target
+    sinks: list[AlertSink] = sinks_from_settings(settings)
+    if not settings.bootstrap_servers:  # alerts topic on the audited cluster, with the job's security
+        sinks.insert(
+            0,
+            KafkaAlertSink(
+                job.kconf,
+                settings.alerts_topic,
+                message_timeout_ms=settings.kafka_message_timeout_ms,
+                flush_timeout_ms=settings.kafka_flush_timeout_ms,
+            ),
+        )
+    pipeline = AlertPipeline(
+        settings,
+        registry=job.metrics.registry,
+        sinks=sinks,
+        state_path=job.s.checkpoint_dir / ALERT_STATE_FILE,
+    )
+    job.listeners.append(pipeline.on_batch)
+    job.closers.append(pipeline.close)
+    return pipeline

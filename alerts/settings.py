@@ -14,7 +14,7 @@ from pydantic import AnyHttpUrl, Field, SecretStr, ValidationError, model_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from alerts.event import ALERT_NAMES, Severity
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 
 ENV_PREFIX = "KAFKA_AUDIT_ALERTS_"
 

@@ -36,9 +36,15 @@ from audit_consumer.state import decode_state, encode_state, state_key
 from audit_consumer.watchdog import TransactionHungError, call_with_deadline
 from audit_record import AuditRecord, DeadLetter, cluster_tier, encode, now_ms
 from audit_record.stamp import STAMP_HEADER, MalformedStampError, producer_id_text
-from kafka_audit.errors import KafkaAuditError
-from kafka_audit.security import client_config
-from kafka_audit.topics import AUDIT_TOPIC_CONFIG, STATE_TOPIC_CONFIG, TopicError, ensure_topic, read_to_end
+from kafka_plumbing.errors import KafkaAuditError
+from kafka_plumbing.security import client_config
+from kafka_plumbing.topics import (
+    AUDIT_TOPIC_CONFIG,
+    STATE_TOPIC_CONFIG,
+    TopicError,
+    ensure_topic,
+    read_to_end,
+)
 
 log = logging.getLogger(__name__)
 COMPONENT = "audit-consumer"

@@ -8,7 +8,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from audit_record import DEFAULT_AUDIT_TOPIC, DEFAULT_DLQ_TOPIC, DEFAULT_WINDOW_MS
-from kafka_audit.security import KafkaSecurity
+from kafka_plumbing.security import KafkaSecurity
 
 DEFAULT_STATE_TOPIC = "__kafka_audit_state"
 

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from kafka_audit.errors import KafkaAuditError
+from kafka_plumbing.errors import KafkaAuditError
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from audit_record import ProducerConfig
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 
 _ALIASES = {
     "request.required.acks": "acks",

@@ -25,9 +25,9 @@ from audit_producer.network_stats import TcpRetransmitMeter, parse_statistics
 from audit_producer.settings import ProducerAuditSettings
 from audit_record import PRODUCER_TIER, AuditRecord, NetworkStats, encode, now_ms
 from audit_record.stamp import STAMP_HEADER, encode_prefix, new_producer_id
-from kafka_audit.errors import ConfigError, KafkaAuditError
-from kafka_audit.security import client_config
-from kafka_audit.topics import AUDIT_TOPIC_CONFIG, connection_config, ensure_topic
+from kafka_plumbing.errors import ConfigError, KafkaAuditError
+from kafka_plumbing.security import client_config
+from kafka_plumbing.topics import AUDIT_TOPIC_CONFIG, connection_config, ensure_topic
 
 log = logging.getLogger(__name__)
 

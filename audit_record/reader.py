@@ -16,9 +16,9 @@ from confluent_kafka import Producer
 from audit_record.codec import decode
 from audit_record.dead_letter import DeadLetter
 from audit_record.record import AuditRecord, MalformedRecordError
-from kafka_audit.errors import KafkaAuditError
-from kafka_audit.security import client_config
-from kafka_audit.topics import TopicError, read_to_end
+from kafka_plumbing.errors import KafkaAuditError
+from kafka_plumbing.security import client_config
+from kafka_plumbing.topics import TopicError, read_to_end
 
 COMPONENT = "audit-reader"
 

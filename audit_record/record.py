@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kafka_audit.errors import KafkaAuditError
+from kafka_plumbing.errors import KafkaAuditError
 
 PRODUCER_TIER = "producer"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -36,9 +36,9 @@ from rich.table import Table
 from audit_consumer.consumer import AuditConsumer
 from audit_consumer.settings import AuditConsumerSettings
 from audit_producer import AuditedProducer, ProducerAuditSettings
-from kafka_audit.jvm import classpath, java_executable
-from kafka_audit.topics import ensure_topic
-from testbed.kafka_cluster import KafkaCluster
+from kafka_plumbing.jvm import classpath, java_executable
+from kafka_plumbing.local_cluster import KafkaCluster
+from kafka_plumbing.topics import ensure_topic
 
 VALUE = b"x" * 100
 

@@ -30,11 +30,11 @@ from rich.console import Console
 from rich.table import Table
 
 from audit_record import AuditRecord, encode
-from kafka_audit.topics import ensure_topic
+from kafka_plumbing.local_cluster import KafkaCluster
+from kafka_plumbing.topics import ensure_topic
 from spark_streaming.decode import HEARTBEAT_KEY
 from spark_streaming.job import ReconciliationJob
 from spark_streaming.settings import SparkJobSettings
-from testbed.kafka_cluster import KafkaCluster
 
 WINDOW_MS = 60_000
 

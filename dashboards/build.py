@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 
 DATASOURCE_UID = "kafka-audit-prometheus"
 DATASOURCE_NAME = "kafka-audit Prometheus"

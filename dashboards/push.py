@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from kafka_audit.errors import ConfigError, KafkaAuditError
+from kafka_plumbing.errors import ConfigError, KafkaAuditError
 
 
 class GrafanaPushError(KafkaAuditError):

@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 from spark_streaming.state import PREDICTION_COLUMNS  # live comparison; absent in older results -> null
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}

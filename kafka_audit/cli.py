@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from kafka_audit.errors import KafkaAuditError
-from kafka_audit.paths import default_kafka_dir
+from kafka_plumbing.errors import KafkaAuditError
+from kafka_plumbing.paths import default_kafka_dir
 
 app = typer.Typer(
     help="kafka-audit: know that every Kafka message arrived exactly once.",
@@ -71,7 +71,7 @@ def _props(items: list[str] | None) -> dict[str, str]:
 def _bootstrap(servers: str | None, data_dir: Path | None = None) -> str:
     if servers:
         return servers
-    from testbed.kafka_cluster import KafkaCluster
+    from kafka_plumbing.local_cluster import KafkaCluster
 
     cluster = KafkaCluster.load(data_dir or default_kafka_dir())
     if cluster is None or not cluster.running_nodes():
@@ -92,7 +92,7 @@ def kafka_start(
     heap_mb: Annotated[int, typer.Option(help="JVM heap per broker, MiB.")] = 768,
 ) -> None:
     """Start a local KRaft cluster (data kept in --data-dir; restarts reuse it)."""
-    from testbed.kafka_cluster import KafkaCluster
+    from kafka_plumbing.local_cluster import KafkaCluster
 
     try:
         cluster = KafkaCluster.load(data_dir)
@@ -113,7 +113,7 @@ def kafka_start(
 @kafka_app.command("status")
 def kafka_status(data_dir: DataDir = DEFAULT_KAFKA_DIR) -> None:
     """Show the local cluster's nodes, ports and PIDs."""
-    from testbed.kafka_cluster import KafkaCluster
+    from kafka_plumbing.local_cluster import KafkaCluster
 
     cluster = KafkaCluster.load(data_dir)
     if cluster is None:
@@ -130,7 +130,7 @@ def kafka_status(data_dir: DataDir = DEFAULT_KAFKA_DIR) -> None:
 @kafka_app.command("stop")
 def kafka_stop(data_dir: DataDir = DEFAULT_KAFKA_DIR) -> None:
     """Stop the local cluster (controlled shutdown, by PID)."""
-    from testbed.kafka_cluster import KafkaCluster
+    from kafka_plumbing.local_cluster import KafkaCluster
 
     cluster = KafkaCluster.load(data_dir)
     if cluster is None:
@@ -359,6 +359,7 @@ def spark_job(
     gamma_target: GammaTarget = None,
 ) -> None:
     """Run only the Spark reconciliation job (audit topic -> results topic, Parquet, Prometheus, alerts)."""
+    from alerts.pipeline import attach_to_job
     from alerts.settings import load_settings
     from spark_streaming.job import ReconciliationJob
     from spark_streaming.settings import SparkJobSettings
@@ -398,8 +399,9 @@ def spark_job(
                 f"{sum(r['state'] != 'final' for r in rows)} provisional window result(s)"
             )
         ],
-        alerts=alert_settings,
     )
+    if alert_settings is not None:
+        attach_to_job(job, alert_settings)
     try:
         job.start()
     except KafkaAuditError as exc:  # e.g. KafkaAuthenticationError: wrong KAFKA_AUDIT_KAFKA_SASL_PASSWORD
@@ -496,7 +498,7 @@ def status(
 ) -> None:
     """Show what `kafka-audit up` is running (and the local Kafka cluster)."""
     from kafka_audit.platform import read_status
-    from testbed.kafka_cluster import KafkaCluster
+    from kafka_plumbing.local_cluster import KafkaCluster
 
     st = read_status(data_dir)
     if st is None:

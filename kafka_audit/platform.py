@@ -22,16 +22,17 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from alerts.pipeline import attach_to_job
 from audit_consumer.consumer import AuditConsumer
 from audit_consumer.settings import AuditConsumerSettings
 from audit_producer.load import run_load
 from audit_producer.settings import ProducerAuditSettings
-from kafka_audit.security import client_config
-from kafka_audit.topics import ensure_topic
 from kafka_audit.up_settings import UpSettings
+from kafka_plumbing.local_cluster import KafkaCluster
+from kafka_plumbing.security import client_config
+from kafka_plumbing.topics import ensure_topic
 from spark_streaming.job import ReconciliationJob
 from spark_streaming.settings import SparkJobSettings
-from testbed.kafka_cluster import KafkaCluster
 
 STATUS_FILE = "up.json"
 
@@ -193,8 +194,8 @@ class Platform:
                 topic_kpi=s.kpi,
             ),
             listeners=[self._on_results],
-            alerts=s.alerts,
         )
+        attach_to_job(self.job, s.alerts)
         with self.console.status(f"starting Spark ({s.master}) ..."):
             self.job.start()
         if s.scenario:

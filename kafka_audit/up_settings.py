@@ -2,7 +2,7 @@
 
 Environment variables use the prefix ``KAFKA_AUDIT_UP_`` (``KAFKA_AUDIT_UP_WINDOW_MS=10000``);
 ``producer_config`` holds librdkafka properties passed through to the load producers. The ``[kafka]``
-section (:class:`~kafka_audit.security.KafkaSecurity`: TLS, SASL) secures every client; what it leaves
+section (:class:`~kafka_plumbing.security.KafkaSecurity`: TLS, SASL) secures every client; what it leaves
 out comes from ``KAFKA_AUDIT_KAFKA_*`` (keep the password there, not in the file). The ``[alerts]``
 section (:class:`~alerts.settings.AlertSettings`: ``alertmanager_url``, ``webhook_url``,
 ``gamma_target``, rule thresholds) works the same way with ``KAFKA_AUDIT_ALERTS_*``; ``[topic_kpi.<topic>]``
@@ -24,8 +24,8 @@ from pydantic_settings import (
 )
 
 from alerts.settings import AlertSettings, load_settings
-from kafka_audit.errors import ConfigError
-from kafka_audit.security import KafkaSecurity
+from kafka_plumbing.errors import ConfigError
+from kafka_plumbing.security import KafkaSecurity
 from spark_streaming.settings import TopicKpi
 
 SCENARIOS = ("social", "weblog", "game")

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kafka_audit.errors import KafkaAuditError
+from kafka_plumbing.errors import KafkaAuditError
 from predictor import SHARED_DATA as SHARED_CSV
 
 predictor_app = typer.Typer(

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 from predictor import SHARED_DATA as SHARED_DATA
 from predictor.features import FEATURES, validate_frame
 

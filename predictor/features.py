@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 
 FEATURES: tuple[str, ...] = (
     "acks",

@@ -26,7 +26,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 
 ArrayLike = float | npt.NDArray[np.float64]
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 from predictor.features import feature_matrix, valid_rows, validate_frame
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "default_model"

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 from predictor import data as data_mod
 from predictor.evaluate import metrics
 from predictor.features import FEATURES, UNITS

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 from predictor.features import FEATURES, acks_number, check_value
 from predictor.kpi import Weights, gamma, mu, phi
 from predictor.model import Predictor, default_predictor

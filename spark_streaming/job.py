@@ -7,9 +7,9 @@ a heartbeat thread (event time advances while producers are idle) and the sinks.
 
 The query: Kafka source -> decode (``mapInPandas``) -> stateful reconcile (``applyInPandasWithState``)
 -> live comparison (``mapInPandas``, :mod:`spark_streaming.predict`: P_l, P_d, gamma, suggestion for
-final windows) -> ``foreachBatch``: exactly-once sinks, Prometheus metrics, listeners, and (with
-``alerts``) the alert pipeline (:class:`alerts.AlertPipeline`), whose state (firing alerts, judged
-windows, undelivered events) lives next to the query's in the checkpoint directory.
+final windows) -> ``foreachBatch``: exactly-once sinks, Prometheus metrics and listeners. The alert
+pipeline is one such listener, attached by the layer above (``alerts.attach_to_job``): this package
+never imports ``alerts`` (``docs/DESIGN.md``, "Layers").
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 
 from audit_record import now_ms
-from kafka_audit.jvm import jars_dir
-from kafka_audit.security import client_config, spark_kafka_options
-from kafka_audit.topics import AUDIT_TOPIC_CONFIG, ensure_topic
+from kafka_plumbing.jvm import jars_dir
+from kafka_plumbing.security import client_config, spark_kafka_options
+from kafka_plumbing.topics import AUDIT_TOPIC_CONFIG, ensure_topic
 from spark_streaming.decode import DECODED_SCHEMA, HEARTBEAT_KEY, decode_batches
 from spark_streaming.metrics import ResultMetrics
 from spark_streaming.predict import KpiConfig, make_predict_step
@@ -36,13 +36,8 @@ from spark_streaming.settings import DEFAULT_GAMMA_TARGET, SparkJobSettings
 from spark_streaming.sinks import KafkaResultSink, ParquetResultSink
 from spark_streaming.state import OUTPUT_COLUMNS, OUTPUT_SCHEMA, STATE_SCHEMA, make_reconciler
 
-if TYPE_CHECKING:
-    from alerts import AlertPipeline, AlertSettings
-
 log = logging.getLogger(__name__)
 ResultListener = Callable[[int, list[dict[str, Any]]], None]
-ALERT_STATE_FILE = "alerts-state.json"
-"""The alert pipeline's state (:mod:`alerts.state_file`), kept in the checkpoint directory."""
 _CONNECTOR_JARS = ("spark-sql-kafka", "spark-token-provider-kafka", "kafka-clients", "commons-pool2")
 
 
@@ -101,27 +96,21 @@ class ReconciliationJob:
     Args:
         settings: See :class:`SparkJobSettings`.
         listeners: Called on the driver with ``(batch_id, result rows)`` after each batch is written.
-        alerts: Evaluate the alert rules on every batch and deliver the events (None: no alerting).
-            The alerts topic goes to this job's cluster unless ``alerts.bootstrap_servers`` names
-            another; ``alerts.grace_ms`` defaults to the job's grace.
+
+    Attributes:
+        gamma_target: gamma target of topics without their own (0-1): the settings', else 0.9. A layer
+            above may change it before :meth:`start` (the alert pipeline sets its own when the job has
+            none).
+        closers: Called by :meth:`stop` after the sinks are closed, last added first (listeners that
+            hold resources, e.g. the alert pipeline).
     """
 
-    def __init__(
-        self,
-        settings: SparkJobSettings,
-        listeners: list[ResultListener] | None = None,
-        alerts: AlertSettings | None = None,
-    ) -> None:
+    def __init__(self, settings: SparkJobSettings, listeners: list[ResultListener] | None = None) -> None:
         self.s = settings
         self.listeners = list(listeners or [])
-        if alerts is not None and "grace_ms" not in alerts.model_fields_set:
-            alerts = alerts.model_copy(update={"grace_ms": settings.grace_ms})
-        self.alert_settings = alerts
-        self.alerts: AlertPipeline | None = None
-        # Default gamma target of topics without their own: the job's, else the alerts', else 0.9.
-        alert_target = alerts.gamma_target if alerts is not None else None
-        self.gamma_target: float = next(
-            t for t in (settings.gamma_target, alert_target, DEFAULT_GAMMA_TARGET) if t is not None
+        self.closers: list[Callable[[], None]] = []
+        self.gamma_target: float = (
+            settings.gamma_target if settings.gamma_target is not None else DEFAULT_GAMMA_TARGET
         )
         self.kconf: dict[str, Any] = client_config(
             {"bootstrap.servers": settings.bootstrap_servers, **settings.extra_config}, settings.kafka
@@ -186,8 +175,6 @@ class ReconciliationJob:
         self._kafka_sink = KafkaResultSink(
             self.kconf, s.results_topic, s.dlq_topic, s.commits_topic, s.query_name
         )
-        if self.alert_settings is not None:
-            self._start_alerts(self.alert_settings)
         if s.metrics_port:
             self.metrics.serve(s.metrics_port, s.bind_address)
         self.spark = spark_session(
@@ -235,30 +222,6 @@ class ReconciliationJob:
             self._heartbeat = threading.Thread(target=self._beat, name="audit-heartbeat", daemon=True)
             self._heartbeat.start()
 
-    def _start_alerts(self, settings: AlertSettings) -> None:
-        """Create the alert pipeline on this job's metrics registry and listen to every batch."""
-        from alerts import AlertPipeline, sinks_from_settings
-        from alerts.sinks.kafka import KafkaAlertSink
-
-        sinks = sinks_from_settings(settings)
-        if not settings.bootstrap_servers:  # alerts topic on the audited cluster, with the job's security
-            sinks.insert(
-                0,
-                KafkaAlertSink(
-                    self.kconf,
-                    settings.alerts_topic,
-                    message_timeout_ms=settings.kafka_message_timeout_ms,
-                    flush_timeout_ms=settings.kafka_flush_timeout_ms,
-                ),
-            )
-        self.alerts = AlertPipeline(
-            settings,
-            registry=self.metrics.registry,
-            sinks=sinks,
-            state_path=self.s.checkpoint_dir / ALERT_STATE_FILE,  # resumes with the checkpoint
-        )
-        self.listeners.append(self.alerts.on_batch)
-
     def progress(self) -> dict[str, Any]:
         """Return the watermark, lag and dropped-row count from Spark's last progress (and update metrics)."""
         p = self.query.lastProgress if self.query is not None else None
@@ -302,8 +265,8 @@ class ReconciliationJob:
             self._heartbeat.join(10)
         if self._kafka_sink is not None:
             self._kafka_sink.close()
-        if self.alerts is not None:
-            self.alerts.close()
+        for close in reversed(self.closers):
+            close()
 
     def exception(self) -> Any:
         """Return the query's failure, if it failed."""

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from audit_record.codec import decode_object
-from kafka_audit.topics import read_to_end
+from kafka_plumbing.topics import read_to_end
 
 
 def read_results(config: Mapping[str, Any], topic: str, timeout_s: float = 60.0) -> list[dict[str, Any]]:

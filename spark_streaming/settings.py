@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from audit_record import DEFAULT_AUDIT_TOPIC, DEFAULT_DLQ_TOPIC
-from kafka_audit.security import KafkaSecurity
+from kafka_plumbing.security import KafkaSecurity
 
 StreamType = Literal["default", "social", "weblog", "game"]
 """Stream types with Eq. 2 weight presets (paper Table II; :meth:`predictor.kpi.Weights.preset`)."""

@@ -25,8 +25,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from audit_record.codec import encode_object
 from audit_record.dead_letter import DeadLetter
-from kafka_audit.errors import KafkaAuditError
-from kafka_audit.topics import AUDIT_TOPIC_CONFIG, STATE_TOPIC_CONFIG, ensure_topic, read_to_end
+from kafka_plumbing.errors import KafkaAuditError
+from kafka_plumbing.topics import AUDIT_TOPIC_CONFIG, STATE_TOPIC_CONFIG, ensure_topic, read_to_end
 from spark_streaming.reconcile import result_key
 from spark_streaming.state import RESULT_COLUMNS
 

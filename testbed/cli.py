@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kafka_audit.errors import KafkaAuditError
+from kafka_plumbing.errors import KafkaAuditError
 
 testbed_app = typer.Typer(
     help="Testbed: impaired producer network (namespaces + NFQUEUE), scenarios, experiment grids, figures.",

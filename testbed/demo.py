@@ -16,8 +16,8 @@ from audit_producer.settings import ProducerAuditSettings
 from audit_producer.workloads import PROFILES
 from audit_record import PRODUCER_TIER, cluster_tier
 from audit_record.reader import read_audit_log
-from kafka_audit.topics import ensure_topic
-from testbed.kafka_cluster import KafkaCluster
+from kafka_plumbing.local_cluster import KafkaCluster
+from kafka_plumbing.topics import ensure_topic
 from testbed.report import compare_with_cluster, verification_table
 from testbed.verify import verify_topic
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 from testbed.impairment import BernoulliLoss, Delay, Impairment
 from testbed.netns import DEFAULT_CONGESTION_CONTROL
 

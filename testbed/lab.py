@@ -1,8 +1,8 @@
 """The testbed lab: a producer namespace, a local Kafka cluster reachable from it, and measured runs.
 
 A :class:`Lab` owns (1) a :class:`~testbed.netns.ProducerNamespace` and (2) a
-:class:`~testbed.kafka_cluster.KafkaCluster` (3 brokers, like the paper's testbed) whose client listener
-is bound to the host end of the veth pair, so the producer reaches the brokers only through the
+:class:`~kafka_plumbing.local_cluster.KafkaCluster` (3 brokers, like the paper's testbed) whose client
+listener is bound to the host end of the veth pair, so the producer reaches the brokers only through the
 impaired link while everything else (audit consumer, Spark, verifier) runs in the root namespace.
 :meth:`Lab.produce` runs one audited producer process inside the namespace; :meth:`Lab.truth` asks the
 verifier for the ground truth of that producer's messages.
@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kafka_audit.errors import KafkaAuditError
-from kafka_audit.topics import ensure_topic, watermarks
+from kafka_plumbing.errors import KafkaAuditError
+from kafka_plumbing.local_cluster import KafkaCluster
+from kafka_plumbing.topics import ensure_topic, watermarks
 from testbed.impairment import Impairment
-from testbed.kafka_cluster import KafkaCluster
 from testbed.netns import DEFAULT_CONGESTION_CONTROL, ProducerNamespace
 from testbed.producer_process import ProducerRun
 from testbed.verify import Verification, verify_topic

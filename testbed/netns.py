@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from kafka_audit.errors import KafkaAuditError
+from kafka_plumbing.errors import KafkaAuditError
 from testbed.impairment import BernoulliLoss, Impairment
 
 PREFIX = "kaudit-"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 from testbed.grid import CSV_COLUMNS
 
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kafka_audit.errors import KafkaAuditError
+from kafka_plumbing.errors import KafkaAuditError
 from testbed.lab import Lab, ProducerOutcome
 from testbed.producer_process import ProducerRun
 from testbed.scenario import Scenario

@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 from testbed.impairment import Impairment
 
 

@@ -17,8 +17,8 @@ from audit_record import PRODUCER_TIER
 from audit_record.reader import SnapshotTable, read_audit_log
 from audit_record.stamp import STAMP_HEADER
 from audit_record.stamp import decode as decode_stamp
-from kafka_audit.errors import KafkaAuditError
-from kafka_audit.topics import TopicError, read_to_end
+from kafka_plumbing.errors import KafkaAuditError
+from kafka_plumbing.topics import TopicError, read_to_end
 from spark_streaming.rates import duplicate_rate, loss_rate
 
 

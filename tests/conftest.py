@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from kafka_audit.topics import ensure_topic
-from testbed.kafka_cluster import KafkaCluster
+from kafka_plumbing.local_cluster import KafkaCluster
+from kafka_plumbing.topics import ensure_topic
 
 
 @pytest.fixture(scope="session")

@@ -20,8 +20,8 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from alerts.codec import encode_alert
 from alerts.event import AlertEvent
 from alerts.exceptions import AlertSinkError
-from kafka_audit.security import client_config
-from kafka_audit.topics import TopicError, ensure_topic
+from kafka_plumbing.security import client_config
+from kafka_plumbing.topics import TopicError, ensure_topic
 
 log = logging.getLogger(__name__)
 

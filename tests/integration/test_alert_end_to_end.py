@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from alerts import AlertSettings
+from alerts import AlertSettings, attach_to_job
 from audit_consumer.consumer import AuditConsumer
 from audit_consumer.settings import AuditConsumerSettings
 from predictor.suggest import changes_from_explanation
@@ -105,8 +105,10 @@ def test_gamma_alert_fires_with_a_suggestion_and_resolves_once_it_is_applied(tmp
                 parquet_dir=tmp_path / "spark" / "results",
                 topic_kpi={topic: {"stream_type": "weblog", "gamma_target": TARGET}},
             ),
-            alerts=AlertSettings(alertmanager_url=am.url, gamma_target=TARGET, alertmanager_resend_ms=1_000),
             listeners=[on_results],
+        )
+        attach_to_job(
+            job, AlertSettings(alertmanager_url=am.url, gamma_target=TARGET, alertmanager_resend_ms=1_000)
         )
         job.start()
         procs: list = []

@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry
 
 from alerts import AlertPipeline, AlertSettings
 from alerts.codec import decode_alert
-from kafka_audit.topics import read_to_end
-from testbed.kafka_cluster import free_port
+from kafka_plumbing.local_cluster import free_port
+from kafka_plumbing.topics import read_to_end
 from tests.conftest import unique_name
 from tests.integration.alertmanager import WebhookReceiver, running_alertmanager
 from tests.integration.helpers import wait_for

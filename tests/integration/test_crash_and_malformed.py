@@ -20,7 +20,7 @@ from audit_record import AuditRecord, codec, encode
 from audit_record.dead_letter import REASON_HEADER
 from audit_record.reader import read_audit_log
 from audit_record.stamp import STAMP_HEADER
-from kafka_audit.topics import read_to_end
+from kafka_plumbing.topics import read_to_end
 from testbed.report import cluster_counts, compare_with_cluster
 from testbed.verify import verify_topic
 

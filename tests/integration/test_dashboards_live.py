@@ -35,7 +35,7 @@ from audit_producer.load import run_load
 from audit_record import stamp
 from audit_record.stamp import STAMP_HEADER
 from dashboards.build import PanelQuery, build, iter_queries
-from kafka_audit.topics import AUDIT_TOPIC_CONFIG, STATE_TOPIC_CONFIG, ensure_topic
+from kafka_plumbing.topics import AUDIT_TOPIC_CONFIG, STATE_TOPIC_CONFIG, ensure_topic
 from tests.conftest import unique_name
 
 from .helpers import CLUSTER, PinnedLoss, consumer_settings, running_consumer, wait_for

@@ -10,8 +10,8 @@ import sys
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from kafka_audit.jvm import JavaNotFoundError
-from testbed.kafka_cluster import KafkaCluster, PortInUseError, free_port
+from kafka_plumbing.jvm import JavaNotFoundError
+from kafka_plumbing.local_cluster import KafkaCluster, PortInUseError, free_port
 
 pytestmark = pytest.mark.integration
 

@@ -16,13 +16,14 @@ import time
 import pytest
 
 import audit_producer.producer as producer_module
-from alerts import AlertEngine, AlertSettings
+from alerts import AlertEngine, AlertSettings, attach_to_job
 from alerts.codec import decode_alert
+from alerts.pipeline import ALERT_STATE_FILE
 from alerts.state_file import AlertStateFile
 from audit_producer import AuditedProducer, ProducerAuditSettings
-from kafka_audit.topics import ensure_topic, read_to_end
+from kafka_plumbing.topics import ensure_topic, read_to_end
 from predictor.kpi import Weights, gamma
-from spark_streaming.job import ALERT_STATE_FILE, ReconciliationJob
+from spark_streaming.job import ReconciliationJob
 from spark_streaming.results import final_results, read_results
 
 from .helpers import CLUSTER, PINNED_LOSS_PCT, PinnedLoss, consumer_settings, running_consumer, wait_for
@@ -42,10 +43,8 @@ def test_final_windows_carry_prediction_gamma_suggestion_metrics_and_alert(
     settings = job_settings(
         bootstrap, audit_topics, tmp_path, "live", topic_kpi={topic: {"stream_type": "weblog"}}
     )
-    job = ReconciliationJob(
-        settings,
-        alerts=AlertSettings(gamma_target=0.9, gamma_for_windows=1, alerts_topic=alerts_topic),
-    )
+    job = ReconciliationJob(settings)
+    attach_to_job(job, AlertSettings(gamma_target=0.9, gamma_for_windows=1, alerts_topic=alerts_topic))
     assert job.gamma_target == 0.9  # from the alert settings: the job names none
     job.start()
     try:

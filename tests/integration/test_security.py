@@ -22,12 +22,12 @@ from typer.testing import CliRunner
 from audit_consumer.consumer import AuditConsumer, describe
 from audit_producer import AuditedProducer, ProducerAuditSettings
 from kafka_audit.cli import app
-from kafka_audit.security import KafkaAuthenticationError, KafkaSecurity, KafkaTlsError
-from kafka_audit.topics import ensure_topic
+from kafka_plumbing.local_cluster import KafkaCluster, SaslSslListener
+from kafka_plumbing.security import KafkaAuthenticationError, KafkaSecurity, KafkaTlsError
+from kafka_plumbing.topics import ensure_topic
 from spark_streaming.job import ReconciliationJob
 from spark_streaming.results import final_results, read_results
 from spark_streaming.settings import SparkJobSettings
-from testbed.kafka_cluster import KafkaCluster, SaslSslListener
 from testbed.report import cluster_counts, compare_with_cluster
 from testbed.verify import verify_topic
 

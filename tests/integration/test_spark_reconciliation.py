@@ -21,11 +21,11 @@ from audit_record import PRODUCER_TIER, stamp
 from audit_record.dead_letter import COMPONENT_HEADER
 from audit_record.reader import read_audit_log
 from audit_record.stamp import STAMP_HEADER
-from kafka_audit.topics import ensure_topic, read_to_end
+from kafka_plumbing.local_cluster import KafkaCluster
+from kafka_plumbing.topics import ensure_topic, read_to_end
 from spark_streaming.job import ReconciliationJob
 from spark_streaming.results import final_results, read_results
 from spark_streaming.settings import SparkJobSettings
-from testbed.kafka_cluster import KafkaCluster
 from testbed.verify import verify_topic
 
 from .helpers import CLUSTER, consumer_settings, running_consumer, wait_for

@@ -16,7 +16,7 @@ from alerts.event import (
     UNAUDITED_PRODUCERS,
 )
 from alerts.settings import load_settings
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 
 W = 10_000
 T0 = 1_800_000_000_000

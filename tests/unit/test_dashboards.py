@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from dashboards.build import DATASOURCE_UID, build, dashboards, iter_queries
 from dashboards.push import GrafanaAuthError, GrafanaPushError, push, safe_url
 from kafka_audit.cli import app
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 # The cross-team contract's metric names (histogram series add _bucket/_sum/_count).

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from dashboards.report import render
 from dashboards.report_data import PREDICTION_COLUMNS, load_alerts, load_results, parse_since
 from kafka_audit.cli import app
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 from spark_streaming.sinks import PARQUET_SCHEMA, ParquetResultSink
 from spark_streaming.state import RESULT_COLUMNS
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 from predictor.kpi import Weights, gamma, mu, phi
 
 

@@ -7,9 +7,9 @@ import pytest
 from rich.console import Console
 
 import spark_streaming.predict as predict_module
-from kafka_audit.errors import ConfigError
 from kafka_audit.platform import results_table, short_suggestion
 from kafka_audit.up_settings import load_up_settings
+from kafka_plumbing.errors import ConfigError
 from predictor.features import FEATURES
 from predictor.kpi import Weights, gamma
 from predictor.model import default_predictor

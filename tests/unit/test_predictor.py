@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kafka_audit.cli import app
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 from predictor.features import FEATURES
 from predictor.model import OUTPUT_COLUMNS, Predictor, default_predictor
 

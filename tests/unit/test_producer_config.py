@@ -5,7 +5,7 @@ import pytest
 from audit_producer.librdkafka_config import reliability_config
 from audit_producer.network_stats import parse_statistics
 from audit_producer.workloads import message_pool
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 from spark_streaming.rates import completeness, duplicate_rate, loss_rate
 
 

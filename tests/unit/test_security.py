@@ -11,8 +11,10 @@ from confluent_kafka import KafkaError, KafkaException
 from pydantic import SecretStr
 
 from audit_consumer.settings import AuditConsumerSettings
-from kafka_audit.errors import ConfigError
-from kafka_audit.security import (
+from kafka_audit.up_settings import load_up_settings
+from kafka_plumbing.errors import ConfigError
+from kafka_plumbing.local_cluster import ClusterError, KafkaCluster, SaslSslListener
+from kafka_plumbing.security import (
     KafkaAuthenticationError,
     KafkaConnectionError,
     KafkaSecurity,
@@ -21,9 +23,7 @@ from kafka_audit.security import (
     spark_kafka_options,
     wait_for_cluster,
 )
-from kafka_audit.up_settings import load_up_settings
 from spark_streaming.settings import SparkJobSettings
-from testbed.kafka_cluster import ClusterError, KafkaCluster, SaslSslListener
 
 PASSWORD = 'pa"ss\\word-7f3a9c'  # a quote and a backslash: JAAS quoting must cope
 

@@ -4,8 +4,8 @@ import pandas as pd
 import pytest
 
 from audit_record import AuditRecord
-from kafka_audit.errors import ConfigError
 from kafka_audit.up_settings import load_up_settings
+from kafka_plumbing.errors import ConfigError
 from spark_streaming.decode import DEAD_LETTER_GROUP, decode_batches
 from spark_streaming.reconcile import compact
 from spark_streaming.state import make_reconciler

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_audit.errors import ConfigError
+from kafka_plumbing.errors import ConfigError
 from testbed import netns
 from testbed.grid import CSV_COLUMNS, GridSpec, append_row, csv_row, done_keys, load_grid, point_key
 from testbed.impairment import BernoulliLoss, Delay, GilbertElliottLoss, Impairment, LossProcess

@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from kafka_audit.errors import KafkaAuditError
+from kafka_plumbing.errors import KafkaAuditError
 
 
 class JavaNotFoundError(KafkaAuditError):

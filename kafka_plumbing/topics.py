@@ -8,8 +8,8 @@ from collections.abc import Iterator, Mapping
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kafka_audit.errors import KafkaAuditError
-from kafka_audit.security import client_config, wait_for_cluster
+from kafka_plumbing.errors import KafkaAuditError
+from kafka_plumbing.security import client_config, wait_for_cluster
 
 AUDIT_TOPIC_CONFIG = {"cleanup.policy": "compact,delete", "retention.ms": str(7 * 24 * 3600 * 1000)}
 """The audit topic keeps the newest snapshot per key (compaction) for a week."""

@@ -33,7 +33,7 @@ from typing import Any, Literal, Protocol
 from pydantic import SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from kafka_audit.errors import ConfigError, KafkaAuditError
+from kafka_plumbing.errors import ConfigError, KafkaAuditError
 
 __all__ = [
     "ENV_PREFIX",

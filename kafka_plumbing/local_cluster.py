@@ -25,8 +25,8 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from kafka_audit.errors import KafkaAuditError
-from kafka_audit.jvm import classpath, java_executable
+from kafka_plumbing.errors import KafkaAuditError
+from kafka_plumbing.jvm import classpath, java_executable
 
 HOST = "127.0.0.1"
 
@@ -312,7 +312,7 @@ class KafkaCluster:
         return props
 
     def _java(self, main: str, *args: str, heap_mb: int = 256) -> list[str]:
-        log4j = resources.files("testbed").joinpath("log4j2.properties")
+        log4j = resources.files("kafka_plumbing").joinpath("log4j2.properties")
         return [
             java_executable(),
             f"-Xmx{heap_mb}m",
