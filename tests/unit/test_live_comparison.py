@@ -346,16 +346,20 @@ def test_up_alert_settings_file_env_and_flags(tmp_path, monkeypatch):
         load_up_settings(tmp_path / "bad.toml")
 
 
-def test_job_resolves_the_gamma_target_and_alert_grace():
-    from alerts import AlertSettings
+def test_job_resolves_the_gamma_target_and_alert_grace(tmp_path):
+    from alerts import AlertSettings, attach_to_job
     from spark_streaming.job import ReconciliationJob
 
-    s = SparkJobSettings(grace_ms=7_000)
+    s = SparkJobSettings(grace_ms=7_000, checkpoint_dir=tmp_path / "checkpoint")
     assert ReconciliationJob(s).gamma_target == 0.9
-    job = ReconciliationJob(s, alerts=AlertSettings(gamma_target=0.95))
-    assert (job.gamma_target, job.alert_settings.grace_ms) == (0.95, 7_000)
-    job = ReconciliationJob(s.model_copy(update={"gamma_target": 0.8}), alerts=AlertSettings(grace_ms=1))
-    assert (job.gamma_target, job.alert_settings.grace_ms) == (0.8, 1)
+    job = ReconciliationJob(s)
+    pipeline = attach_to_job(job, AlertSettings(gamma_target=0.95))
+    assert (job.gamma_target, pipeline.settings.grace_ms) == (0.95, 7_000)
+    assert job.listeners == [pipeline.on_batch] and job.closers == [pipeline.close]
+    job = ReconciliationJob(s.model_copy(update={"gamma_target": 0.8}))
+    pipeline = attach_to_job(job, AlertSettings(grace_ms=1))
+    assert (job.gamma_target, pipeline.settings.grace_ms) == (0.8, 1)
+    pipeline.close()
 
 
 def test_a_window_gets_the_same_numbers_whatever_else_is_in_the_micro_batch(model):
