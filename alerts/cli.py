@@ -74,13 +74,18 @@ def _event_row(e: AlertEvent) -> list[str]:
     ]
 
 
-def _event_table(title: str, events: list[AlertEvent]) -> Table:
+def _print_events(title: str, events: list[AlertEvent], as_json: bool) -> None:
+    """Print alert events as JSON lines (``--json``, sorted keys) or as a table titled ``title``."""
+    if as_json:
+        for e in events:
+            print(json.dumps(e.to_dict(), sort_keys=True))
+        return
     table = Table(title=title)
     for col in ("at (UTC)", "status", "alertname", "topic", "tier", "severity", "summary"):
         table.add_column(col, overflow="fold")
     for e in events:
         table.add_row(*(escape(x) for x in _event_row(e)), style="red" if e.firing else "green")
-    return table
+    console.print(table)
 
 
 @alerts_app.command("rules")
@@ -211,11 +216,9 @@ def evaluate_cmd(
         pipeline.close()
     except KafkaAuditError as exc:
         raise _fail(exc) from exc
+    _print_events(f"{len(events)} alert event(s) from {len(rows)} window result(s)", events, as_json)
     if as_json:
-        for e in events:
-            print(json.dumps(e.to_dict(), sort_keys=True))
         return
-    console.print(_event_table(f"{len(events)} alert event(s) from {len(rows)} window result(s)", events))
     firing = pipeline.engine.firing()
     console.print(f"{len(firing)} alert(s) still firing at the end.", highlight=False)
 
@@ -241,11 +244,7 @@ def tail_cmd(
         ]
     except KafkaAuditError as exc:
         raise _fail(exc) from exc
-    if as_json:
-        for e in events:
-            print(json.dumps(e.to_dict(), sort_keys=True))
-        return
-    console.print(_event_table(f"{s.alerts_topic}: {len(events)} event(s)", events))
+    _print_events(f"{s.alerts_topic}: {len(events)} event(s)", events, as_json)
 
 
 def register(app: typer.Typer) -> None:

@@ -38,6 +38,19 @@ AlertKey = tuple[str, str, str]
 _REQUIRED = ("topic", "tier", "state", "window_start_ms", "window_end_ms")
 
 
+def _observed(obs: Observation) -> dict[str, Any]:
+    """Return what a firing or resolved event carries of its observation (:class:`AlertEvent` fields)."""
+    return {
+        "description": obs.description,
+        "window_start_ms": obs.window_start_ms,
+        "window_end_ms": obs.window_end_ms,
+        "value": obs.value,
+        "threshold": obs.threshold,
+        "numbers": dict(obs.numbers),
+        "suggestion": obs.suggestion,
+    }
+
+
 class AlertEngine:
     """Evaluates the rules of :mod:`alerts.rules` over window results; not thread-safe (one driver thread).
 
@@ -192,13 +205,7 @@ class AlertEngine:
                 starts_at_ms=starts_at_ms,
                 event_at_ms=now_ms,
                 summary=obs.summary,
-                description=obs.description,
-                window_start_ms=obs.window_start_ms,
-                window_end_ms=obs.window_end_ms,
-                value=obs.value,
-                threshold=obs.threshold,
-                numbers=dict(obs.numbers),
-                suggestion=obs.suggestion,
+                **_observed(obs),
                 generator_url=str(self.settings.generator_url) if self.settings.generator_url else None,
             )
             self._firing[akey] = event
@@ -211,13 +218,7 @@ class AlertEngine:
                     ends_at_ms,
                     event_at_ms=now_ms,
                     summary=f"resolved: {obs.summary}",
-                    description=obs.description,
-                    window_start_ms=obs.window_start_ms,
-                    window_end_ms=obs.window_end_ms,
-                    value=obs.value,
-                    threshold=obs.threshold,
-                    numbers=dict(obs.numbers),
-                    suggestion=obs.suggestion,
+                    **_observed(obs),
                 )
             ]
         return []

@@ -1,7 +1,7 @@
 """The alert event: one state change (firing or resolved) of one (alertname, topic, tier).
 
 Field for field the Avro record ``alert.avsc``. Alert names and labels are the cross-team contract's
-(``notes/contract.md``): labels ``alertname, topic, tier, severity``; annotations ``summary,
+(``docs/DESIGN.md``, "Alert events"): labels ``alertname, topic, tier, severity``; annotations ``summary,
 description, suggestion, window_start``.
 """
 

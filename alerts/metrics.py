@@ -1,7 +1,7 @@
 """Prometheus metrics of the alert engine and its sinks (prometheus-client), in a registry passed in.
 
 * ``kafka_audit_alerts_firing{alertname,topic,severity}``: 1 while an alert of that name fires for
-  the topic (on any tier), 0 after it resolved (contract metric).
+  the topic (on any tier), 0 after it resolved (``docs/DESIGN.md``, "Metrics").
 * ``kafka_audit_alert_sink_errors_total{sink}``: failed delivery attempts per sink (``kafka``,
   ``alertmanager``, ``webhook``); the failed events are retried on the next dispatch.
 * ``kafka_audit_alert_events_total{alertname,status}``: events the engine emitted.

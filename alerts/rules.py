@@ -2,7 +2,7 @@
 
 A rule turns its input into an :class:`Observation` (bad / good / unknown, value, threshold, text);
 the engine feeds it to the alert's state machine (:mod:`alerts.state`). Window rules judge one final
-window result (``audit_record/window_result.avsc`` plus the live-comparison fields of the contract);
+window result (``audit_record/window_result.avsc`` with its live-comparison fields; ``docs/DESIGN.md``);
 the audit-lag rule judges the set of still-provisional windows of a (topic, tier) at wall clock ``now``.
 
 Symbols as in Wu, Shang, Wolter 2020: R_l = (sent - unique) / sent (Eq. 3), P_l the predicted loss
@@ -27,26 +27,9 @@ from alerts.event import (
     Severity,
 )
 from alerts.settings import AlertSettings
+from audit_record import window_result
 
-NUMBER_FIELDS: tuple[str, ...] = (
-    "sent",
-    "unique",
-    "completeness",
-    "loss_rate",
-    "duplicate_rate",
-    "unaudited_producers",
-    "packet_loss_pct_est",
-    "delay_ms_est",
-    "p_loss",
-    "p_loss_lo",
-    "p_loss_hi",
-    "p_dup",
-    "p_dup_lo",
-    "p_dup_hi",
-    "gamma_actual",
-    "gamma_predicted",
-    "gamma_target",
-)
+NUMBER_FIELDS: tuple[str, ...] = window_result.SUMMARY_NUMBERS
 """Window-result fields copied into an alert's ``numbers`` when present."""
 
 UNAUDITED_SUGGESTION = "use audit_producer.AuditedProducer for every producer of the topic"

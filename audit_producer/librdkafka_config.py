@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from audit_record import ProducerConfig
+from audit_record import ProducerConfig, canonical_acks
 from kafka_plumbing.errors import ConfigError
 
 _ALIASES = {
@@ -29,7 +29,6 @@ _DEFAULTS: dict[str, Any] = {
     "message.send.max.retries": 2147483647,
     "retry.backoff.ms": 100,
 }
-ACKS_VALUES = ("0", "1", "all", "-1")
 
 
 def canonical(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -45,16 +44,15 @@ def reliability_config(config: Mapping[str, Any], poll_interval_ms: float | None
     """Extract the settings of paper Sec. III-C from a librdkafka config.
 
     Raises:
-        ConfigError: if ``acks`` is not one of ``0``, ``1``, ``all``, ``-1``, or a number is not a number.
+        ConfigError: if ``acks`` is not one of ``0``, ``1``, ``all``, ``-1``
+            (:func:`audit_record.canonical_acks`), or a number is not a number.
     """
     c = {**_DEFAULTS, **canonical(config)}
-    acks = str(c["acks"]).lower()
-    if acks not in ACKS_VALUES:
-        raise ConfigError(f"acks={c['acks']!r}: allowed values are {', '.join(ACKS_VALUES)}")
+    acks = canonical_acks(c["acks"])
     idempotent = _bool(c["enable.idempotence"])
     try:
         return ProducerConfig(
-            acks="all" if acks == "-1" or idempotent else acks,
+            acks="all" if idempotent else acks,
             enable_idempotence=idempotent,
             batch_num_messages=int(c["batch.num.messages"]),
             linger_ms=float(c["linger.ms"]),

@@ -11,6 +11,7 @@ from audit_record.record import (
     MalformedRecordError,
     NetworkStats,
     ProducerConfig,
+    canonical_acks,
     cluster_tier,
     now_ms,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "MalformedRecordError",
     "NetworkStats",
     "ProducerConfig",
+    "canonical_acks",
     "cluster_tier",
     "decode",
     "encode",

@@ -27,7 +27,8 @@ SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 _HEADER_LEN = 10
 WRITER_VERSIONS: dict[str, tuple[str, ...]] = {
     "audit_record": ("audit_record.v1",),  # before NetworkStats.tcp_retransmit_pct
-    "window_result": ("window_result.v1",),  # before the live-comparison fields (P_l, P_d, gamma)
+    # v1: before the live-comparison fields (P_l, P_d, gamma); v2: before the structured suggestion
+    "window_result": ("window_result.v2", "window_result.v1"),
 }
 """Earlier versions of each schema (``<version>.avsc`` files of this package) that readers still accept."""
 

@@ -1,7 +1,7 @@
 """Dead-letter messages: anything undecodable or inconsistent, kept with its bytes and the reason.
 
 A dead letter is the original message's key and value, unchanged, plus headers naming the reason and
-where it came from (DESIGN.md, invariant 7). The default topic is :data:`DEFAULT_DLQ_TOPIC`.
+where it came from (docs/DESIGN.md, invariant 7). The default topic is :data:`DEFAULT_DLQ_TOPIC`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Reading the audit topic: decode, validate, dead-letter the malformed, keep the newest snapshot per key.
 
 Snapshots of one key always land in one partition (the key is the Kafka key), so within a partition
-the last one read is the newest (DESIGN.md, invariant 2). The reader uses ``read_committed`` so it
+the last one read is the newest (docs/DESIGN.md, invariant 2). The reader uses ``read_committed`` so it
 sees the audit consumer's snapshots only once their transaction commits.
 """
 

@@ -1,7 +1,7 @@
 """The audit record: one cumulative snapshot of one (tier, source, producer, topic, partition, window).
 
 The Avro schema is ``audit_record.avsc`` beside this module; this dataclass mirrors it field by field.
-Snapshots are cumulative (DESIGN.md, invariant 2): the newest one per :meth:`AuditRecord.key` is the
+Snapshots are cumulative (docs/DESIGN.md, invariant 2): the newest one per :meth:`AuditRecord.key` is the
 truth, so re-sending one is harmless and a lost one is healed by the next.
 """
 
@@ -13,15 +13,16 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from numbers import Integral, Real
+from typing import Any, Literal, cast
 
-from kafka_plumbing.errors import KafkaAuditError
+from kafka_plumbing.errors import ConfigError, KafkaAuditError
 
 PRODUCER_TIER = "producer"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 CLUSTER_TIER_PREFIX = "cluster:"
 
-_COUNT_FIELDS = (
+COUNT_FIELDS: tuple[str, ...] = (
     "sent",
     "acknowledged",
     "failed",
@@ -33,6 +34,7 @@ _COUNT_FIELDS = (
     "unaudited",
     "bytes",
 )
+"""The cumulative counters of an :class:`AuditRecord` (messages; ``bytes`` in bytes), all >= 0."""
 
 
 class MalformedRecordError(KafkaAuditError):
@@ -54,12 +56,42 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+Acks = Literal["0", "1", "all"]
+"""librdkafka ``acks`` (``request.required.acks``) in canonical form; ``-1`` is spelled ``all``."""
+ACKS_VALUES: tuple[str, ...] = ("0", "1", "all", "-1")
+"""The ``acks`` values librdkafka takes that a broker accepts (librdkafka ``CONFIGURATION.md``), as text."""
+
+
+def canonical_acks(value: Any) -> Acks:
+    """Return librdkafka ``acks`` in canonical form: ``"0"``, ``"1"`` or ``"all"`` (for ``all`` and ``-1``).
+
+    Derive other forms from this one, e.g. the predictor's 0/1 delivery semantics is
+    ``0 if canonical_acks(v) == "0" else 1`` (at-most-once vs at-least-once).
+
+    Args:
+        value: As configured: text (``"0"``, ``"1"``, ``"all"``, ``"-1"``; case and surrounding blanks
+            ignored) or a whole number (0, 1, -1; also a whole float such as 1.0 from a CSV).
+
+    Raises:
+        ConfigError: for anything else (including booleans), naming ``acks`` and the allowed values.
+    """
+    text = None
+    if isinstance(value, str):
+        text = value.strip().lower()
+    elif isinstance(value, Real) and not isinstance(value, bool):  # bool is an int, not an acks value
+        whole = isinstance(value, Integral) or float(value).is_integer()
+        text = str(int(value)) if whole else None
+    if text not in ACKS_VALUES:
+        raise ConfigError(f"acks={value!r}: allowed values are {', '.join(ACKS_VALUES)}")
+    return cast(Acks, "all" if text == "-1" else text)
+
+
 @dataclass(slots=True, kw_only=True)
 class ProducerConfig:
     """librdkafka settings that drive reliability (paper Sec. III-C, Eq. 1's configuration inputs).
 
     Attributes:
-        acks: librdkafka ``acks`` as configured (``"0"``, ``"1"``, ``"all"``/``"-1"``).
+        acks: librdkafka ``acks`` in canonical form (:func:`canonical_acks`: ``"0"``, ``"1"``, ``"all"``).
         enable_idempotence: ``enable.idempotence``.
         batch_num_messages: ``batch.num.messages`` B (messages).
         linger_ms: ``linger.ms`` (alias ``queue.buffering.max.ms``), ms.
@@ -135,11 +167,6 @@ class AuditRecord:
     producer_config: ProducerConfig | None = None
     network: NetworkStats | None = None
 
-    @property
-    def is_producer(self) -> bool:
-        """True for the producer tier."""
-        return self.tier == PRODUCER_TIER
-
     def key(self) -> str:
         """Snapshot identity ``tier|source|producer_id|topic|partition|window_start_ms``.
 
@@ -175,7 +202,7 @@ class AuditRecord:
             raise MalformedRecordError(
                 "bad_window", f"window [{self.window_start_ms}, {self.window_end_ms}) is empty or negative"
             )
-        for name in _COUNT_FIELDS:
+        for name in COUNT_FIELDS:
             if getattr(self, name) < 0:
                 raise MalformedRecordError("negative_count", f"{name}={getattr(self, name)}")
         if self.acknowledged + self.failed > self.sent:

@@ -34,7 +34,7 @@ def main() -> None:
             "packet_loss_pct": rng.uniform(0, 25, n),
             "delay_ms": rng.uniform(30, 280, n),
             "message_size_bytes": rng.uniform(100, 1100, n),
-            "batch_size": rng.integers(1, 11, n),
+            "batch_num_messages": rng.integers(1, 11, n),
             "message_timeout_ms": rng.uniform(100, 7000, n),
             "poll_interval_ms": rng.uniform(0, 90, n),
         }

@@ -2,7 +2,7 @@
 
 Everything here wraps grafana-foundation-sdk builders (Grafana 11.6 schema) so that the dashboard
 modules read as a list of panels. Panels query the Prometheus exporter of the Spark job
-(``spark_streaming/metrics.py``; metric names as in the cross-team contract).
+(``spark_streaming/metrics.py``; metric names as in ``docs/DESIGN.md``, "Metrics").
 """
 
 from __future__ import annotations
@@ -74,7 +74,9 @@ def query(expr: str, legend: str = "", *, instant: bool = False, table: bool = F
 _P = TypeVar("_P", TimeseriesPanel, StatPanel, TablePanel)
 
 
-def _with_targets(panel: _P, targets: list[Dataquery]) -> _P:
+def _panel(panel: _P, title: str, description: str, targets: list[Dataquery], width: int, height: int) -> _P:
+    """Give ``panel`` what every panel has: title, tooltip, the ``$datasource``, size and its targets."""
+    panel = panel.title(title).description(description).datasource(PROMETHEUS).span(width).height(height)
     for ref_id, target in zip(_REF_IDS, targets, strict=False):
         panel = panel.with_target(target.ref_id(ref_id))
     return panel
@@ -103,23 +105,12 @@ def timeseries(
         min_val: Y axis minimum (None = automatic).
         max_val: Y axis maximum (None = automatic).
     """
-    panel = (
-        TimeseriesPanel()
-        .title(title)
-        .description(description)
-        .datasource(PROMETHEUS)
-        .unit(unit)
-        .span(width)
-        .height(height)
-        .line_width(2)
-        .fill_opacity(5)
-        .span_nulls(True)
-    )
+    panel = TimeseriesPanel().unit(unit).line_width(2).fill_opacity(5).span_nulls(True)
     if min_val is not None:
         panel = panel.min(min_val)
     if max_val is not None:
         panel = panel.max(max_val)
-    return _with_targets(panel, targets)
+    return _panel(panel, title, description, targets, width, height)
 
 
 def band(panel: TimeseriesPanel, lower: str, upper: str) -> TimeseriesPanel:
@@ -159,17 +150,7 @@ def stat(
 ) -> StatPanel:
     """Return a stat panel coloured by absolute threshold ``steps`` [(from value, None = base; colour)]."""
     thresholds = ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps([Threshold(v, c) for v, c in steps])
-    panel = (
-        StatPanel()
-        .title(title)
-        .description(description)
-        .datasource(PROMETHEUS)
-        .unit(unit)
-        .span(width)
-        .height(height)
-        .thresholds(thresholds)
-    )
-    return _with_targets(panel, targets)
+    return _panel(StatPanel().unit(unit).thresholds(thresholds), title, description, targets, width, height)
 
 
 def table(
@@ -187,12 +168,7 @@ def table(
     )
     panel = (
         TablePanel()
-        .title(title)
-        .description(description)
-        .datasource(PROMETHEUS)
-        .span(width)
-        .height(height)
         .with_transformation(DataTransformerConfig(id_val="merge", options={}))
         .with_transformation(organize)
     )
-    return _with_targets(panel, targets)
+    return _panel(panel, title, description, targets, width, height)

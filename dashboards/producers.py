@@ -2,9 +2,9 @@
 
 The Spark job exports, from each producer's newest audit snapshot, the librdkafka configuration in
 effect (``kafka_audit_producer_info``: ``acks``, ``batch.num.messages``, ``message.timeout.ms``,
-``linger.ms``, ``enable.idempotence`` as labels), the measured round-trip time (librdkafka
-``rtt.avg``) and cumulative retries (``txretries``); and per topic and tier the configuration change
-the predictor suggests with the gamma it predicts after the change (``kafka_audit_suggestion_info``).
+``linger.ms``, ``enable.idempotence``, the polling interval as labels), the measured round-trip time
+(librdkafka ``rtt.avg``) and cumulative retries (``txretries``); and per topic and tier the configuration
+change the predictor suggests with the gamma it predicts after the change (``kafka_audit_suggestion_info``).
 """
 
 from __future__ import annotations

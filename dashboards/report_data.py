@@ -17,8 +17,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from audit_record import window_result
 from kafka_plumbing.errors import ConfigError
-from spark_streaming.state import PREDICTION_COLUMNS  # live comparison; absent in older results -> null
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 
@@ -56,7 +56,8 @@ def load_results(root: Path, since: timedelta | None = None, now: datetime | Non
 
     Returns:
         One row per (topic, window_start_ms, tier), the newest ``result_at_ms`` if a window appears more
-        than once, sorted by window start; every :data:`PREDICTION_COLUMNS` present (null if absent).
+        than once, sorted by window start; every live-comparison field
+        (``window_result.LIVE_COMPARISON_FIELDS``) present (null if absent).
 
     Raises:
         ConfigError: ``root`` is not a directory.
@@ -73,7 +74,7 @@ def load_results(root: Path, since: timedelta | None = None, now: datetime | Non
         frame = pd.DataFrame(columns=["topic", "window_start_ms", "window_end_ms", "tier", "state"])
     else:
         frame = pa.concat_tables(tables, promote_options="default").to_pandas()
-    for col in PREDICTION_COLUMNS:
+    for col in window_result.LIVE_COMPARISON_FIELDS:
         if col not in frame.columns:
             frame[col] = None
     frame = frame[frame["state"] == "final"]

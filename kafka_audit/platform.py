@@ -27,6 +27,7 @@ from audit_consumer.consumer import AuditConsumer
 from audit_consumer.settings import AuditConsumerSettings
 from audit_producer.load import run_load
 from audit_producer.settings import ProducerAuditSettings
+from audit_record import window_result
 from kafka_audit.up_settings import UpSettings
 from kafka_plumbing.local_cluster import KafkaCluster
 from kafka_plumbing.security import client_config
@@ -63,14 +64,21 @@ def _gamma(r: dict[str, Any], show_target: bool) -> str:
     return f"[red]{text}[/]" if actual < target else f"[green]{text}[/]"
 
 
-def short_suggestion(text: str | None) -> str:
-    """Return a suggestion's changes only, e.g. ``batch.num.messages 1→8`` (the alert has the numbers)."""
-    if not text:
-        return ""
-    head = text.split(":", 1)[0]
-    for verb in ("raise ", "lower ", "set ", "scale "):
-        head = head.replace(verb, "")
-    return head.replace(" -> ", "→")
+def short_suggestion(row: dict[str, Any]) -> str:
+    """Return a window's suggested changes only, e.g. ``batch.num.messages 1→8`` (the alert has the numbers).
+
+    Read from the structured ``suggested_*`` fields (:func:`audit_record.window_result.suggested_changes`)
+    next to the values in effect; ``""`` when the window has no suggestion.
+    """
+    now = window_result.current_properties(row)
+    return ", ".join(
+        f"{prop} {_value(now[prop])}→{_value(new)}"
+        for prop, new in window_result.suggested_changes(row).items()
+    )
+
+
+def _value(x: Any) -> str:
+    return "?" if x is None else f"{x:g}" if isinstance(x, float) else str(x)
 
 
 def results_table(
@@ -120,7 +128,7 @@ def results_table(
             _pct(r["duplicate_rate"]),
             _pct(r.get("p_dup")),
             _gamma(r, show_target=len(targets) > 1),
-            short_suggestion(r.get("suggestion")),
+            short_suggestion(r),
             "[green]final[/]" if r["state"] == "final" else "[yellow]provisional[/]",
         ]
         table.add_row(*cells)
@@ -285,13 +293,14 @@ class Platform:
 
 
 def read_status(data_dir: Path) -> dict[str, Any] | None:
-    """Return what ``kafka-audit up`` recorded in ``data_dir`` if that process is alive, else None."""
+    """Return what ``kafka-audit up`` recorded in ``data_dir`` if that process is alive, else None.
+
+    Alive as :func:`kafka_plumbing.processes.pid_alive` says (a zombie is not, another user's process is).
+    """
+    from kafka_plumbing.processes import pid_alive
+
     path = Path(data_dir) / STATUS_FILE
     if not path.exists():
         return None
     status: dict[str, Any] = json.loads(path.read_text())
-    try:
-        os.kill(int(status["pid"]), 0)
-    except ProcessLookupError:
-        return None
-    return status
+    return status if pid_alive(int(status["pid"])) else None

@@ -24,7 +24,7 @@ from pydantic_settings import (
 )
 
 from alerts.settings import AlertSettings, load_settings
-from kafka_plumbing.errors import ConfigError
+from kafka_plumbing.errors import ConfigError, config_error
 from kafka_plumbing.security import KafkaSecurity
 from spark_streaming.settings import TopicKpi
 
@@ -159,10 +159,8 @@ def load_up_settings(
         merged = load_settings(**{**settings.alerts.model_dump(exclude_unset=True), **flags})
         return settings.model_copy(update={"alerts": merged})
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(x) for x in e['loc']) or 'settings'}: {e['msg'].removeprefix('Value error, ')}"
-            for e in exc.errors()
-        )
-        raise ConfigError(f"invalid kafka-audit up settings: {problems}") from None
+        raise config_error(
+            exc, "invalid kafka-audit up settings", lambda loc: ".".join(map(str, loc)) or "settings"
+        ) from None
     finally:
         UpSettings.config_file = None

@@ -1,5 +1,13 @@
 """The project's root exception; each package derives its own errors from it."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class KafkaAuditError(Exception):
     """Root of every error kafka-audit raises on purpose.
@@ -11,3 +19,30 @@ class KafkaAuditError(Exception):
 
 class ConfigError(KafkaAuditError, ValueError):
     """A setting has a value outside its allowed set; the message names the key and the allowed values."""
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(x) for x in loc)
+
+
+def config_error(
+    exc: ValidationError, what: str, key: Callable[[tuple[int | str, ...]], str] = _dotted
+) -> ConfigError:
+    """Turn a pydantic ``ValidationError`` into one :class:`ConfigError` naming each bad key.
+
+    Args:
+        exc: The validation error (pydantic or pydantic-settings).
+        what: What was being read, e.g. ``"invalid alert settings"``; the message starts with it.
+        key: How to name a setting from the error's ``loc`` (e.g. as its environment variable);
+            default the dotted path (``alerts.gamma_target``). An empty name leaves the key out.
+
+    Returns:
+        ``ConfigError("<what>: <key>: <message>; <key>: <message>...")``, each message being pydantic's
+        (which states the allowed values or range) without its ``Value error,`` prefix; raise it
+        ``from None`` so the input values (possibly secrets) are not chained into a traceback.
+    """
+    problems = []
+    for e in exc.errors(include_input=False):
+        name, message = key(tuple(e["loc"])), e["msg"].removeprefix("Value error, ")
+        problems.append(f"{name}: {message}" if name else message)
+    return ConfigError(f"{what}: {'; '.join(problems)}")

@@ -27,6 +27,7 @@ from pydantic import SecretStr
 
 from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.jvm import classpath, java_executable
+from kafka_plumbing.processes import pid_alive
 
 HOST = "127.0.0.1"
 
@@ -54,21 +55,6 @@ def _port_is_free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of ours still answers kill(0); treat it as dead.
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @dataclass
@@ -256,7 +242,7 @@ class KafkaCluster:
 
     def running_nodes(self) -> list[Node]:
         """Nodes whose JVM is alive."""
-        return [n for n in self.nodes if n.pid is not None and _pid_alive(n.pid)]
+        return [n for n in self.nodes if n.pid is not None and pid_alive(n.pid)]
 
     # ---------------------------------------------------------------- configuration
     def _node_dir(self, node: Node) -> Path:
@@ -413,7 +399,7 @@ class KafkaCluster:
         last_error = ""
         while time.monotonic() < deadline:
             for node in self.nodes:
-                if node.pid is None or not _pid_alive(node.pid):
+                if node.pid is None or not pid_alive(node.pid):
                     tail = (self._node_dir(node) / "server.log").read_text(errors="replace")[-3000:]
                     raise ClusterError(f"kafka node {node.node_id} exited during start-up; log tail:\n{tail}")
             try:
@@ -431,12 +417,12 @@ class KafkaCluster:
         if node.pid is None:
             return
         pid = node.pid
-        if _pid_alive(pid):
+        if pid_alive(pid):
             os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
             deadline = time.monotonic() + timeout_s
-            while _pid_alive(pid) and time.monotonic() < deadline:
+            while pid_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            if _pid_alive(pid):
+            if pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
         proc = self._procs.pop(pid, None)
         if proc is not None:  # our child: reap it
@@ -453,7 +439,7 @@ class KafkaCluster:
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop every node (controlled shutdown), by PID."""
         for node in self.nodes:
-            if node.pid is not None and _pid_alive(node.pid):
+            if node.pid is not None and pid_alive(node.pid):
                 os.kill(node.pid, signal.SIGTERM)
         for node in self.nodes:
             self.stop_node(node, timeout_s)
@@ -466,7 +452,7 @@ class KafkaCluster:
                 "broker": f"{self.broker_host}:{n.broker_port}",
                 "controller": f"{HOST}:{n.controller_port}",
                 "pid": n.pid,
-                "running": n.pid is not None and _pid_alive(n.pid),
+                "running": n.pid is not None and pid_alive(n.pid),
             }
             for n in self.nodes
         ]

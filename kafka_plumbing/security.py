@@ -33,7 +33,7 @@ from typing import Any, Literal, Protocol
 from pydantic import SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from kafka_plumbing.errors import ConfigError, KafkaAuditError
+from kafka_plumbing.errors import ConfigError, KafkaAuditError, config_error
 
 __all__ = [
     "ENV_PREFIX",
@@ -153,6 +153,11 @@ class KafkaSecurity(BaseSettings):
                 raise ConfigError(f"{name}={path}: no such file ({ENV_PREFIX}{name.upper()})")
 
     # ------------------------------------------------------------------------------ construction
+    @staticmethod
+    def _env_name(loc: tuple[int | str, ...]) -> str:
+        """Name a validation error's ``loc`` by its environment variable (none for a model-level error)."""
+        return f"{ENV_PREFIX}{'_'.join(str(x) for x in loc).upper()}" if loc else ""
+
     @classmethod
     def from_env(cls, **overrides: Any) -> KafkaSecurity:
         """Read the settings from ``KAFKA_AUDIT_KAFKA_*`` (``overrides`` win).
@@ -163,12 +168,7 @@ class KafkaSecurity(BaseSettings):
         try:
             return cls(**overrides)
         except ValidationError as exc:
-            problems = "; ".join(
-                (f"{ENV_PREFIX}{'_'.join(str(x) for x in e['loc']).upper()}: " if e["loc"] else "")
-                + e["msg"].removeprefix("Value error, ")
-                for e in exc.errors()
-            )
-            raise ConfigError(f"invalid Kafka security settings: {problems}") from None
+            raise config_error(exc, "invalid Kafka security settings", cls._env_name) from None
 
     @classmethod
     def from_librdkafka(cls, config: Mapping[str, object]) -> KafkaSecurity:
@@ -199,12 +199,7 @@ class KafkaSecurity(BaseSettings):
         try:  # every field is given, so no environment variable is read
             return cls(**values)
         except ValidationError as exc:
-            problems = "; ".join(
-                (f"{'.'.join(str(x) for x in e['loc'])}: " if e["loc"] else "")
-                + e["msg"].removeprefix("Value error, ")
-                for e in exc.errors(include_input=False)
-            )
-            raise ConfigError(f"invalid librdkafka security properties: {problems}") from None
+            raise config_error(exc, "invalid librdkafka security properties") from None
 
     # ------------------------------------------------------------------------------ rendering
     @property

@@ -6,6 +6,7 @@ Heavy imports (torch, pandas) happen inside the command bodies so ``kafka-audit 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,7 +21,7 @@ predictor_app = typer.Typer(
     help=(
         "Predict P_l, P_d (90% intervals) and throughput from the producer configuration and the network "
         "(PyTorch; Wu, Shang, Wolter 2020, Eq. 1). Acceptance check of the shipped model: "
-        "`kafka-audit predictor evaluate --json` (held-back 20% of the shared experiments.csv)."
+        "`kafka-audit predictor evaluate --json` (held-back 20% of data/wu2020/experiments.csv)."
     ),
     no_args_is_help=True,
 )
@@ -41,8 +42,11 @@ DataFiles = Annotated[
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 Acks = Annotated[int, typer.Option("--acks", help="librdkafka acks: 0 (at-most-once) or 1 (at-least-once).")]
-BatchSize = Annotated[
-    float, typer.Option("--batch-size", help="librdkafka batch.num.messages B, messages (>= 1).")
+BatchNumMessages = Annotated[
+    float, typer.Option("--batch-num-messages", help="librdkafka batch.num.messages B, messages (>= 1).")
+]
+OldBatchSize = Annotated[
+    float | None, typer.Option("--batch-size", hidden=True, help="Deprecated: --batch-num-messages.")
 ]
 LossPct = Annotated[float, typer.Option("--packet-loss-pct", help="Network packet loss L, percent 0-100.")]
 DelayMs = Annotated[float, typer.Option("--delay-ms", help="One-way network delay D, ms (0-60000).")]
@@ -63,11 +67,22 @@ def _fail(exc: Exception) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _features(**values: float) -> dict[str, float]:
-    """Check each CLI value against the allowed range; the error names the flag."""
-    from predictor.features import FLAGS, check_value
+def _features(params: Mapping[str, Any]) -> dict[str, float]:
+    """Return a command's feature options (``ctx.params``), checked against the allowed ranges.
 
-    return {name: check_value(name, v, FLAGS[name]) for name, v in values.items()}
+    The hidden, deprecated ``--batch-size`` (parameter ``batch_size``), when given, replaces
+    ``--batch-num-messages`` with a warning on stderr.
+
+    Raises:
+        ConfigError: for a value out of its range, naming the flag as given.
+    """
+    from predictor.features import FEATURES, FLAGS, check_value
+
+    values, flags = {name: params[name] for name in FEATURES}, dict(FLAGS)
+    if params.get("batch_size") is not None:
+        err_console.print("[yellow]warning:[/] --batch-size is deprecated; use --batch-num-messages")
+        values["batch_num_messages"], flags["batch_num_messages"] = params["batch_size"], "--batch-size"
+    return {name: check_value(name, v, flags[name]) for name, v in values.items()}
 
 
 def _data(paths: list[Path] | None) -> list[Path]:
@@ -199,8 +214,8 @@ def evaluate_cmd(
     """MAE of P_l and P_d, 90% interval coverage, per experiment family.
 
     Acceptance: `kafka-audit predictor evaluate --json` evaluates the shipped model on the held-back 20% of
-    the shared experiments.csv (MAE P_l < 0.02, coverage >= 0.85); spelled out: `kafka-audit predictor
-    evaluate --data /work/shared/data/wu2020/experiments.csv --split heldout --json`.
+    data/wu2020/experiments.csv (MAE P_l < 0.02, coverage >= 0.85); spelled out: `kafka-audit predictor
+    evaluate --data data/wu2020/experiments.csv --split heldout --json`.
     """
     from predictor.model import Predictor
     from predictor.pipeline import evaluate_model
@@ -221,8 +236,9 @@ def evaluate_cmd(
 
 @predictor_app.command("predict")
 def predict_cmd(
+    ctx: typer.Context,
     acks: Acks = 1,
-    batch_size: BatchSize = 1,
+    batch_num_messages: BatchNumMessages = 1,
     packet_loss_pct: LossPct = 0.0,
     delay_ms: DelayMs = 30.0,
     message_size_bytes: SizeBytes = 100.0,
@@ -230,6 +246,7 @@ def predict_cmd(
     poll_interval_ms: PollMs = 0.0,
     model_dir: ModelDir = None,
     as_json: AsJson = False,
+    batch_size: OldBatchSize = None,
 ) -> None:
     """Predict P_l, P_d (with 90% intervals) and throughput for one configuration and network."""
     import pandas as pd
@@ -237,15 +254,7 @@ def predict_cmd(
     from predictor.model import Predictor
 
     try:
-        row = _features(
-            acks=acks,
-            packet_loss_pct=packet_loss_pct,
-            delay_ms=delay_ms,
-            message_size_bytes=message_size_bytes,
-            batch_size=batch_size,
-            message_timeout_ms=message_timeout_ms,
-            poll_interval_ms=poll_interval_ms,
-        )
+        row = _features(ctx.params)
         out = Predictor.load(model_dir).predict(pd.DataFrame([row])).iloc[0].to_dict()
     except KafkaAuditError as exc:
         raise _fail(exc) from exc
@@ -262,8 +271,9 @@ def predict_cmd(
 
 
 def suggest_cmd(
+    ctx: typer.Context,
     acks: Acks = 1,
-    batch_size: BatchSize = 1,
+    batch_num_messages: BatchNumMessages = 1,
     packet_loss_pct: LossPct = 0.0,
     delay_ms: DelayMs = 30.0,
     message_size_bytes: SizeBytes = 100.0,
@@ -286,6 +296,7 @@ def suggest_cmd(
     ] = None,
     model_dir: ModelDir = None,
     as_json: AsJson = False,
+    batch_size: OldBatchSize = None,
 ) -> None:
     """Suggest the smallest configuration change whose predicted gamma meets --target (paper Sec. V).
 
@@ -296,15 +307,7 @@ def suggest_cmd(
     from predictor.suggest import suggest
 
     try:
-        row = _features(
-            acks=acks,
-            packet_loss_pct=packet_loss_pct,
-            delay_ms=delay_ms,
-            message_size_bytes=message_size_bytes,
-            batch_size=batch_size,
-            message_timeout_ms=message_timeout_ms,
-            poll_interval_ms=poll_interval_ms,
-        )
+        row = _features(ctx.params)
         if producers < 1:
             raise KafkaAuditError(f"--producers {producers}: must be >= 1")
         if arrival_rate is not None and not arrival_rate > 0:
@@ -322,7 +325,7 @@ def suggest_cmd(
             w = Weights.preset(stream)
         config = {
             "acks": int(row["acks"]),
-            "batch.num.messages": row["batch_size"],
+            "batch.num.messages": row["batch_num_messages"],
             "message.timeout.ms": row["message_timeout_ms"],
             "poll_interval_ms": row["poll_interval_ms"],
             "producers": producers,

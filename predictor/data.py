@@ -15,7 +15,7 @@ import pandas as pd
 
 from kafka_plumbing.errors import ConfigError
 from predictor import SHARED_DATA as SHARED_DATA
-from predictor.features import FEATURES, validate_frame
+from predictor.features import FEATURES, current_columns, validate_frame
 
 TARGETS: tuple[str, ...] = ("p_loss", "p_dup")
 HELDOUT_PERCENT = 20
@@ -38,7 +38,8 @@ def file_sha256(path: Path) -> str:
 def load(paths: Sequence[Path]) -> pd.DataFrame:
     """Read and concatenate experiment CSVs (``experiments.csv`` columns; extra columns are ignored).
 
-    Required columns: the 7 :data:`~predictor.features.FEATURES`, ``p_loss``, ``p_dup``. Optional:
+    Required columns: the 7 :data:`~predictor.features.FEATURES` (or their former names,
+    :data:`~predictor.features.RENAMED`: ``batch_size``), ``p_loss``, ``p_dup``. Optional:
     ``n_sent`` and ``duration_s`` (throughput target), ``experiment`` (family for the breakdown; default
     the file's stem).
 
@@ -55,7 +56,7 @@ def load(paths: Sequence[Path]) -> pd.DataFrame:
     for path in paths:
         if not path.is_file():
             raise ConfigError(f"--data {path}: no such file")
-        df = pd.read_csv(path)
+        df = current_columns(pd.read_csv(path))
         missing = [c for c in (*FEATURES, *TARGETS) if c not in df.columns]
         if missing:
             raise ConfigError(f"--data {path}: missing column(s) {missing} (see the experiments.csv README)")

@@ -1,18 +1,18 @@
 """The predictor's input features (paper Eq. 1: M, D, L and the producer configuration), units and checks.
 
 The feature names are the columns of ``experiments.csv`` (Wu, Shang, Wolter 2020 measurements, see
-``/work/shared/data/wu2020/README.md``) and the fixed names of the cross-team contract.
+``data/wu2020/README.md``) and the fixed names of the predictor contract (``docs/DESIGN.md``, "Contracts").
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from audit_record import canonical_acks
 from kafka_plumbing.errors import ConfigError
 
 FEATURES: tuple[str, ...] = (
@@ -20,18 +20,23 @@ FEATURES: tuple[str, ...] = (
     "packet_loss_pct",
     "delay_ms",
     "message_size_bytes",
-    "batch_size",
+    "batch_num_messages",
     "message_timeout_ms",
     "poll_interval_ms",
 )
 """Input columns, in model order (one row per case)."""
+
+RENAMED: dict[str, str] = {"batch_size": "batch_num_messages"}
+"""Former feature / CSV column name -> current name. ``batch_size`` (0.1.0) counted messages
+(librdkafka ``batch.num.messages``), not the bytes of librdkafka's ``batch.size``; files and model
+cards written with it still read (:func:`current_name`, :func:`current_columns`, :func:`current_card`)."""
 
 UNITS: dict[str, str] = {
     "acks": "librdkafka acks: 0 = at-most-once, 1 = at-least-once (leader ack; 'all' counts as 1)",
     "packet_loss_pct": "network packet loss L, percent 0-100",
     "delay_ms": "one-way network delay D (NetEm delay), ms",
     "message_size_bytes": "message size M (key + value), bytes",
-    "batch_size": "librdkafka batch.num.messages B, messages",
+    "batch_num_messages": "librdkafka batch.num.messages B, messages",
     "message_timeout_ms": "librdkafka message.timeout.ms T_o, ms (0 = infinite)",
     "poll_interval_ms": "application polling interval delta between source reads, ms (0 = full load)",
 }
@@ -41,7 +46,7 @@ ALLOWED: dict[str, tuple[float, float]] = {
     "packet_loss_pct": (0.0, 100.0),
     "delay_ms": (0.0, 60_000.0),
     "message_size_bytes": (1.0, 1_000_000_000.0),
-    "batch_size": (1.0, 1_000_000.0),
+    "batch_num_messages": (1.0, 1_000_000.0),
     "message_timeout_ms": (0.0, 2_147_483_647.0),
     "poll_interval_ms": (0.0, 3_600_000.0),
 }
@@ -50,15 +55,36 @@ ALLOWED: dict[str, tuple[float, float]] = {
 FLAGS: dict[str, str] = {name: "--" + name.replace("_", "-") for name in FEATURES}
 """Feature -> its ``kafka-audit predictor predict`` / ``suggest`` flag."""
 
-LIBRDKAFKA_NAMES: dict[str, str] = {
-    "acks": "acks",
-    "batch_size": "batch.num.messages",
-    "message_timeout_ms": "message.timeout.ms",
-    "poll_interval_ms": "poll_interval_ms",
-}
-"""Feature -> the configuration key a user changes (librdkafka property names where one exists)."""
-
 INFINITE_TIMEOUT_MS = 2_147_483_647.0
+
+
+def current_name(column: str) -> str:
+    """Return the current name of a feature or CSV column (:data:`RENAMED`); other names unchanged.
+
+    For ``pandas.DataFrame.rename(columns=current_name)`` and for the keys of a ``csv.DictReader`` row.
+    """
+    return RENAMED.get(column, column)
+
+
+def current_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """Return ``frame`` with former column names (:data:`RENAMED`) renamed, unless the current one exists."""
+    return frame.rename(columns={old: new for old, new in RENAMED.items() if new not in frame.columns})
+
+
+def current_card(card: dict[str, Any]) -> dict[str, Any]:
+    """Return a model card with former feature names (:data:`RENAMED`) replaced by the current ones.
+
+    Touches the card's ``features`` list and the feature-keyed ``trained_ranges`` and ``units``; the
+    weights do not depend on names (features enter in :data:`FEATURES` order), so an older model
+    predicts exactly as before. ``spec.batch_size`` (the training minibatch) is no feature and stays.
+    """
+    out = dict(card)
+    if "features" in out:
+        out["features"] = [current_name(f) for f in out["features"]]
+    for section in ("trained_ranges", "units"):
+        if isinstance(out.get(section), dict):
+            out[section] = {current_name(k): v for k, v in out[section].items()}
+    return out
 
 
 def check_value(name: str, value: Any, flag: str | None = None) -> float:
@@ -90,15 +116,13 @@ def check_value(name: str, value: Any, flag: str | None = None) -> float:
 def acks_number(acks: Any) -> int:
     """Map a librdkafka ``acks`` value (0, 1, "all", -1) to the model's 0/1 delivery semantics.
 
+    0 = at-most-once (``acks=0``), 1 = at-least-once (``1``, ``all``, ``-1``), from
+    :func:`audit_record.canonical_acks`.
+
     Raises:
-        ConfigError: if the value is not one of 0, 1, -1, "all".
+        ConfigError: if the value is not one of 0, 1, -1, "all" (naming ``acks`` and those values).
     """
-    text = str(acks).strip().lower()
-    if text in ("0",):
-        return 0
-    if text in ("1", "all", "-1"):
-        return 1
-    raise ConfigError(f"acks={acks!r}: allowed values are 0, 1, all, -1")
+    return 0 if canonical_acks(acks) == "0" else 1
 
 
 _LO = np.array([ALLOWED[f][0] for f in FEATURES])
@@ -172,17 +196,3 @@ def transform(x: np.ndarray) -> np.ndarray:
 def raw(x: np.ndarray) -> np.ndarray:
     """Return the unscaled feature matrix (the paper baseline min-max scales it), shape (n, 7), float32."""
     return np.asarray(x, dtype=np.float32)
-
-
-def settings_frame(settings: Mapping[str, Any]) -> pd.DataFrame:
-    """One-row feature frame from a mapping of feature name -> value (checked with :func:`check_value`).
-
-    Raises:
-        ConfigError: if a feature is missing or out of range.
-    """
-    row = {}
-    for name in FEATURES:
-        if name not in settings:
-            raise ConfigError(f"missing {name} ({UNITS[name]})")
-        row[name] = check_value(name, settings[name])
-    return pd.DataFrame([row])

@@ -15,21 +15,14 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from audit_record import window_result
 from kafka_plumbing.errors import ConfigError
-from predictor.features import feature_matrix, valid_rows, validate_frame
+from predictor.features import current_card, feature_matrix, valid_rows, validate_frame
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "default_model"
 MODEL_FILE = "model.pt"
 CARD_FILE = "card.json"
-OUTPUT_COLUMNS: tuple[str, ...] = (
-    "p_loss",
-    "p_loss_lo",
-    "p_loss_hi",
-    "p_dup",
-    "p_dup_lo",
-    "p_dup_hi",
-    "throughput_msgs_per_s",
-)
+OUTPUT_COLUMNS: tuple[str, ...] = (*window_result.PREDICTION_FIELDS, "throughput_msgs_per_s")
 """Columns of :meth:`Predictor.predict`: P_l, P_d as fractions 0-1 (lo/hi = 90% interval, 5th/95th
 percentiles), throughput in messages/s per producer."""
 
@@ -63,7 +56,7 @@ class Predictor:
                 f"--model {directory}: not a model directory (needs {CARD_FILE} and {MODEL_FILE}; "
                 "create one with `kafka-audit predictor train --out DIR`)"
             )
-        card = json.loads(card_path.read_text())
+        card = current_card(json.loads(card_path.read_text()))  # a card from before a feature rename
         ensemble = Ensemble(ModelSpec.from_json(card["spec"]))
         try:
             state = torch.load(weights_path, map_location="cpu", weights_only=True)
@@ -89,7 +82,7 @@ class Predictor:
         Args:
             frame: One row per case with the :data:`~predictor.features.FEATURES` columns (other columns
                 are ignored): acks 0/1, packet_loss_pct (percent), delay_ms, message_size_bytes,
-                batch_size (batch.num.messages), message_timeout_ms, poll_interval_ms.
+                batch_num_messages (batch.num.messages), message_timeout_ms, poll_interval_ms.
             invalid: ``raise`` (default): a missing or out-of-range value raises; ``nan``: such rows get
                 NaN outputs (for streaming jobs, where bad input is data, not a crash).
 

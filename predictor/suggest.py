@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -41,9 +40,9 @@ GAMMA_SLACK = 0.02
 _CONFIG_KEYS = {
     "acks": "acks",
     "request.required.acks": "acks",
-    "batch.num.messages": "batch_size",
-    "batch_size": "batch_size",
-    "batch_num_messages": "batch_size",
+    "batch.num.messages": "batch_num_messages",
+    "batch_size": "batch_num_messages",
+    "batch_num_messages": "batch_num_messages",
     "message.timeout.ms": "message_timeout_ms",
     "delivery.timeout.ms": "message_timeout_ms",
     "message_timeout_ms": "message_timeout_ms",
@@ -54,7 +53,7 @@ _CONFIG_KEYS = {
 _NETWORK_KEYS = ("packet_loss_pct", "delay_ms", "message_size_bytes", "arrival_rate_msgs_per_s")
 KNOB_NAMES = {
     "acks": "acks",
-    "batch_size": "batch.num.messages",
+    "batch_num_messages": "batch.num.messages",
     "message_timeout_ms": "message.timeout.ms",
     "poll_interval_ms": "poll_interval_ms",
     "producers": "producers",
@@ -170,7 +169,7 @@ def suggest(
 
     Args:
         config: Producer configuration: ``acks`` (0, 1, all, -1), ``batch.num.messages``,
-            ``message.timeout.ms`` (librdkafka names; ``batch_size`` / ``message_timeout_ms`` also
+            ``message.timeout.ms`` (librdkafka names; ``batch_num_messages`` / ``message_timeout_ms`` also
             accepted), ``poll_interval_ms`` (default 0 = full load), ``producers`` (N_p, default 1).
             Not modified.
         network: ``packet_loss_pct`` (L, percent), ``delay_ms`` (D, ms), ``message_size_bytes`` (M; may
@@ -195,7 +194,7 @@ def suggest(
     cur, rate = _current(config, network)
     axes = {
         "acks": sorted({0.0, 1.0}),
-        "batch_size": sorted({*map(float, BATCH_STEPS), cur["batch_size"]}),
+        "batch_num_messages": sorted({*map(float, BATCH_STEPS), cur["batch_num_messages"]}),
         "message_timeout_ms": sorted({*map(float, TIMEOUT_STEPS_MS), cur["message_timeout_ms"]}),
         "poll_interval_ms": sorted({*map(float, POLL_STEPS_MS), cur["poll_interval_ms"]})
         if cur["packet_loss_pct"] <= POLL_SEARCH_MAX_LOSS_PCT
@@ -271,26 +270,3 @@ def suggest(
         "after": _detail(pred, i, phis[i, j], mus[i, j], n_prod[j]),
     }
     return Suggestion(changes, before, after, text, bool(meets.any()), details)
-
-
-_CHANGE = re.compile(r"(?:raise|lower|set|scale) (\S+) ([\d.e+-]+) -> ([\d.e+-]+)")
-
-
-def changes_from_explanation(text: str | None) -> dict[str, int | float]:
-    """Read the changes back out of a suggestion's explanation (an alert annotation, a results row).
-
-    Args:
-        text: e.g. ``"raise batch.num.messages 1 -> 8, scale producers 1 -> 2: predicted P_l ..."``.
-
-    Returns:
-        Knob name -> new value (int when whole), ready to restart a producer with: librdkafka names
-        (``acks``, ``batch.num.messages``, ``message.timeout.ms``), ``poll_interval_ms`` (ms) and
-        ``producers`` (count). ``{}`` for None or text without changes.
-    """
-    head = (text or "").split(":", 1)[0]
-    out: dict[str, int | float] = {}
-    for name, _old, new in _CHANGE.findall(head):
-        if name in KNOB_NAMES.values():
-            value = float(new)
-            out[name] = int(value) if value.is_integer() else value
-    return out

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from audit_record import window_result
 from predictor.data import settings_key
 from predictor.features import feature_matrix, raw, transform
 from predictor.nets import DUP_SCALE, QUANTILES, Ensemble, Member, ModelSpec
@@ -181,7 +182,7 @@ def fit(frame: pd.DataFrame, spec: ModelSpec, seed: int, progress: Progress | No
 
     oof = pd.DataFrame(
         index=frame.index,
-        columns=["p_loss", "p_loss_lo", "p_loss_hi", "p_dup", "p_dup_lo", "p_dup_hi"],
+        columns=list(window_result.PREDICTION_FIELDS),
         dtype="float64",
     )
     for i in range(k):

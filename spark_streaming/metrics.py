@@ -19,18 +19,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from audit_record import window_result
+
 LABELS = ("topic", "tier")
 BOUNDS = (("p05", "lo"), ("p50", ""), ("p95", "hi"))
 """Prometheus ``bound`` label -> suffix of the window-result column (``p_loss_lo``, ``p_loss``...)."""
-PRODUCER_INFO_LABELS = (
-    "producer_id",
-    "topic",
-    "acks",
-    "batch_num_messages",
-    "message_timeout_ms",
-    "linger_ms",
-    "enable_idempotence",
-)
+PRODUCER_INFO_LABELS = ("producer_id", "topic", *window_result.CONFIG_FIELDS)
+"""Labels of ``kafka_audit_producer_info``: the producer, its topic and its configuration in effect."""
 
 
 def _present(x: Any) -> bool:
@@ -213,9 +208,9 @@ class ResultMetrics:
     def _observe_comparison(self, labels: tuple[str, str], row: dict[str, Any]) -> None:
         """Set the live-comparison gauges from one final window (series without a value are removed)."""
         self.unaudited_producers.labels(*labels).set(row.get("unaudited_producers") or 0)
-        err = row.get("predict_error")
-        if err:
-            self.prediction_failures.labels(labels[0], str(err).split(":", 1)[0]).inc()
+        stage = row.get("predict_stage")
+        if stage:
+            self.prediction_failures.labels(labels[0], stage).inc()
         for gauge, column in ((self.predicted_loss, "p_loss"), (self.predicted_dup, "p_dup")):
             for bound, suffix in BOUNDS:
                 value = row.get(f"{column}_{suffix}" if suffix else column)

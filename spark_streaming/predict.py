@@ -18,18 +18,19 @@ configuration it
    mu = 1, whatever the model thinks of the configuration's throughput). Without a prediction mu = 1
    (the kpi module's convention);
 4. when ``gamma_actual < gamma_target``, asks :func:`predictor.suggest.suggest` for the smallest
-   configuration change predicted to meet the target and stores its explanation in ``suggestion``.
+   configuration change predicted to meet the target and stores it as structure (the new value of each
+   changed property in ``suggested_*``, its predicted P_l and gamma) and in words (``suggestion``).
 
 The model is loaded once per Python worker (module-level cache) and only when a partition holds a
-final window. Nothing here fails a micro-batch: a failure leaves the prediction columns null and names
-its stage in the row's ``predict_error`` (``model``, ``input``, ``predict``, ``kpi`` or ``suggest``),
-which the driver counts (``kafka_audit_prediction_failures_total``).
+final window. Nothing here fails a micro-batch: a failure leaves the prediction columns null, names its
+stage in the row's ``predict_stage`` (``model``, ``input``, ``predict``, ``kpi`` or ``suggest``), which
+the driver counts (``kafka_audit_prediction_failures_total``), and says why in ``predict_error``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,31 +38,12 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from audit_record import window_result
+
 log = logging.getLogger(__name__)
 
-FEATURE_SOURCES: dict[str, str] = {
-    "acks": "acks",
-    "packet_loss_pct": "packet_loss_pct_est",
-    "delay_ms": "delay_ms_est",
-    "message_size_bytes": "message_size_bytes",
-    "batch_size": "batch_num_messages",
-    "message_timeout_ms": "message_timeout_ms",
-    "poll_interval_ms": "poll_interval_ms",
-}
-"""Predictor feature -> the window-result column it comes from."""
-
-_BOUNDS = ("p_loss", "p_loss_lo", "p_loss_hi", "p_dup", "p_dup_lo", "p_dup_hi")
-_SUGGEST_KEY = (
-    "acks",
-    "batch_num_messages",
-    "message_timeout_ms",
-    "poll_interval_ms",
-    "producers",
-    "sent",
-    "_L",
-    "_D",
-    "_M",
-)
+_SUGGEST_KEY = (*window_result.CURRENT_PROPERTIES.values(), "sent", "_L", "_D", "_M")
+"""What a suggestion depends on: windows alike in these get the same one (computed once per batch)."""
 
 
 class PredictorLike(Protocol):
@@ -131,8 +113,14 @@ def predictable(results: pd.DataFrame) -> pd.Series:
 
 
 def _acks01(value: Any) -> float:
-    text = str(value).strip().lower()
-    return {"0": 0.0, "1": 1.0, "all": 1.0, "-1": 1.0}.get(text, np.nan)
+    """Return the predictor's 0/1 ``acks`` (:func:`predictor.features.acks_number`), NaN for a bad value."""
+    from kafka_plumbing.errors import ConfigError
+    from predictor.features import acks_number
+
+    try:
+        return float(acks_number(value))
+    except ConfigError:  # bad input is data: the row gets no prediction
+        return np.nan
 
 
 def feature_frame(results: pd.DataFrame, message_size_bytes: pd.Series | float = 1_000.0) -> pd.DataFrame:
@@ -145,7 +133,7 @@ def feature_frame(results: pd.DataFrame, message_size_bytes: pd.Series | float =
     Returns:
         DataFrame with the same index and the :data:`predictor.features.FEATURES` columns as floats:
         acks 0/1 (``all``/``-1`` -> 1; unknown values -> NaN), packet_loss_pct (percent; unknown -> 0),
-        delay_ms (ms; unknown -> 0), message_size_bytes (bytes), batch_size (``batch.num.messages``),
+        delay_ms (ms; unknown -> 0), message_size_bytes (bytes), batch_num_messages (messages),
         message_timeout_ms (ms), poll_interval_ms (ms; unknown -> 0).
     """
     out = pd.DataFrame(index=results.index)
@@ -158,7 +146,7 @@ def feature_frame(results: pd.DataFrame, message_size_bytes: pd.Series | float =
         else pd.Series(float(message_size_bytes), index=results.index)
     )
     out["message_size_bytes"] = _num(results["message_size_bytes"]).fillna(fallback)
-    out["batch_size"] = _num(results["batch_num_messages"])
+    out["batch_num_messages"] = _num(results["batch_num_messages"])
     out["message_timeout_ms"] = _num(results["message_timeout_ms"])
     out["poll_interval_ms"] = _num(results["poll_interval_ms"]).fillna(0.0)
     return out
@@ -173,6 +161,7 @@ def arrival_rate(results: pd.DataFrame) -> pd.Series:
 
 def _error(frame: pd.DataFrame, rows: pd.Index, stage: str, exc: BaseException | str) -> None:
     text = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+    frame.loc[rows, "predict_stage"] = stage
     frame.loc[rows, "predict_error"] = f"{stage}: {text}"[:500]
 
 
@@ -215,15 +204,16 @@ def _predict_rows(predictor: PredictorLike, features: pd.DataFrame) -> pd.DataFr
 
 def _suggest(
     out: pd.DataFrame, i: Any, target: float, weights: Any, model: PredictorLike, suggest: Callable[..., Any]
-) -> tuple[str, float] | None:
+) -> dict[str, Any] | None:
+    """Return the suggestion fields (``window_result.SUGGESTION_FIELDS``) for row ``i``, None if none."""
     r = out.loc[i]
-    producers = int(r["producers"]) if pd.notna(r["producers"]) and int(r["producers"]) >= 1 else 1
+    now = window_result.current_properties(r)
     config = {
-        "acks": str(r["acks"]),
-        "batch.num.messages": int(r["batch_num_messages"]),
-        "message.timeout.ms": int(r["message_timeout_ms"]),
-        "poll_interval_ms": float(r["poll_interval_ms"]) if pd.notna(r["poll_interval_ms"]) else 0.0,
-        "producers": producers,
+        "acks": str(now["acks"]),
+        "batch.num.messages": int(now["batch.num.messages"]),
+        "message.timeout.ms": int(now["message.timeout.ms"]),
+        "poll_interval_ms": float(now["poll_interval_ms"]) if pd.notna(now["poll_interval_ms"]) else 0.0,
+        "producers": int(now["producers"]) if pd.notna(now["producers"]) and now["producers"] >= 1 else 1,
     }
     lam = arrival_rate(out.loc[[i]]).iloc[0]
     network = {
@@ -233,7 +223,15 @@ def _suggest(
         "arrival_rate_msgs_per_s": float(lam) if pd.notna(lam) else None,
     }
     s = suggest(config, network, target, weights, model)
-    return (s.explanation, float(s.predicted_after.gamma)) if s is not None else None
+    if s is None:
+        return None
+    return {
+        "suggestion": s.explanation,
+        **window_result.suggestion_fields(s.changes),
+        "suggested_p_loss": float(s.predicted_after.p_loss),
+        "suggested_gamma": float(s.predicted_after.gamma),
+        "suggestion_meets_target": bool(s.meets_target),
+    }
 
 
 def add_predictions(
@@ -250,19 +248,21 @@ def add_predictions(
             as stage ``model``). None predicts nothing (gamma_actual with mu = 1).
 
     Returns:
-        A copy with ``p_loss``..``p_dup_hi``, ``gamma_actual``, ``gamma_predicted``, ``gamma_target``,
-        ``suggestion``, ``suggested_gamma`` and ``predict_error`` set on the predictable rows (others
-        untouched). Never raises for a prediction problem.
+        A copy with the live-comparison fields (``window_result.LIVE_COMPARISON_FIELDS``: P_l, P_d with
+        intervals, gamma actual / predicted / target, the suggestion) and ``predict_stage`` /
+        ``predict_error`` set on the predictable rows (others untouched). Never raises for a prediction
+        problem.
     """
     from predictor import kpi
     from predictor.suggest import suggest
 
     out = results.copy()
-    for col in (*_BOUNDS, "gamma_actual", "gamma_predicted", "gamma_target", "suggested_gamma"):
+    for col in window_result.LIVE_COMPARISON_FIELDS:
         if col not in out:
-            out[col] = np.nan
+            out[col] = None
+    for col in (*window_result.PREDICTION_FIELDS, *window_result.GAMMA_FIELDS):
         out[col] = out[col].astype("float64")
-    for col in ("suggestion", "predict_error"):
+    for col in (*window_result.SUGGESTION_FIELDS, "predict_stage", "predict_error"):
         if col not in out:
             out[col] = None
         out[col] = out[col].astype("object")
@@ -297,7 +297,7 @@ def add_predictions(
             missing = pred["p_loss"].isna() & ~bad_acks
             if missing.any():
                 _error(out, missing[missing].index, "input", "a feature is out of the model's range")
-            for col in _BOUNDS:
+            for col in window_result.PREDICTION_FIELDS:
                 out.loc[rows, col] = pred[col]
 
     for topic, (stream, target, _) in per_topic.items():
@@ -311,7 +311,7 @@ def add_predictions(
         if predictor is None or pred is None:
             continue
         below = _num(out.loc[mine, "gamma_actual"]) < target
-        cache: dict[tuple[Any, ...], tuple[str, float] | None] = {}
+        cache: dict[tuple[Any, ...], dict[str, Any] | None] = {}
         for i in below[below].index:
             if pd.isna(out.at[i, "p_loss"]):
                 continue
@@ -322,8 +322,8 @@ def add_predictions(
             except Exception as exc:
                 _error(out, pd.Index([i]), "suggest", exc)
                 continue
-            if cache[key] is not None:
-                out.at[i, "suggestion"], out.at[i, "suggested_gamma"] = cache[key]
+            for col, value in (cache[key] or {}).items():
+                out.at[i, col] = value
     return out.drop(columns=["_L", "_D", "_M"])
 
 
@@ -371,19 +371,9 @@ def make_predict_step(
                 log.exception("prediction step failed")
                 done = pdf.copy()
                 rows = predictable(done)
-                done["predict_error"] = done["predict_error"].astype("object")
-                done.loc[rows, "predict_error"] = f"predict: {type(exc).__name__}: {exc}"[:500]
+                for col in ("predict_stage", "predict_error"):
+                    done[col] = done[col].astype("object")
+                _error(done, rows[rows].index, "predict", exc)
             yield done[columns]
 
     return predict_batches
-
-
-def prediction_failures(rows: list[Mapping[str, Any]]) -> dict[tuple[str, str], int]:
-    """Count result rows with a ``predict_error`` by (topic, stage) (driver side, for the metrics)."""
-    counts: dict[tuple[str, str], int] = {}
-    for r in rows:
-        err = r.get("predict_error")
-        if err:
-            key = (str(r["topic"]), str(err).split(":", 1)[0])
-            counts[key] = counts.get(key, 0) + 1
-    return counts

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from audit_record import window_result
 from audit_record.codec import decode_object
 from kafka_plumbing.topics import read_to_end
 
@@ -16,7 +17,7 @@ def read_results(config: Mapping[str, Any], topic: str, timeout_s: float = 60.0)
         TopicError: if the topic is not read to its end within ``timeout_s``.
     """
     return [
-        decode_object("window_result", m.value())
+        decode_object(window_result.SCHEMA, m.value())
         for m in read_to_end(
             config, topic, group_id="kafka-audit.results-reader", timeout_s=timeout_s, missing_ok=True
         )
@@ -27,6 +28,6 @@ def final_results(rows: list[dict[str, Any]]) -> dict[tuple[str, int, str], list
     """Group the final results by (topic, window_start_ms, tier): each list should hold exactly one."""
     out: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     for r in rows:
-        if r["state"] == "final":
+        if r["state"] == window_result.FINAL:
             out.setdefault((r["topic"], r["window_start_ms"], r["tier"]), []).append(r)
     return out

@@ -23,12 +23,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from audit_record import window_result
 from audit_record.codec import encode_object
 from audit_record.dead_letter import DeadLetter
 from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.topics import AUDIT_TOPIC_CONFIG, STATE_TOPIC_CONFIG, ensure_topic, read_to_end
-from spark_streaming.reconcile import result_key
-from spark_streaming.state import RESULT_COLUMNS
 
 COMPONENT = "spark"
 log = logging.getLogger(__name__)
@@ -39,7 +38,8 @@ _ARROW_TYPES = {
     "double": pa.float64(),
     "boolean": pa.bool_(),
 }
-PARQUET_SCHEMA = pa.schema([(n, _ARROW_TYPES[t]) for n, t in RESULT_COLUMNS])
+PARQUET_SCHEMA = pa.schema([(n, _ARROW_TYPES[t]) for n, t in window_result.SPARK_TYPES.items()])
+"""Arrow schema of the Parquet results: every window-result field, nullable."""
 
 
 class SinkError(KafkaAuditError):
@@ -118,9 +118,12 @@ class KafkaResultSink:
         try:
             p.begin_transaction()
             for row in results:
-                value = encode_object("window_result", {n: row[n] for n, _ in RESULT_COLUMNS})
+                value = encode_object(window_result.SCHEMA, window_result.only_fields(row))
                 p.produce(
-                    self.results_topic, value, result_key(row).encode(), timestamp=int(row["result_at_ms"])
+                    self.results_topic,
+                    value,
+                    window_result.key(row).encode(),
+                    timestamp=int(row["result_at_ms"]),
                 )
             for d in dead:
                 dl = DeadLetter(
@@ -179,9 +182,7 @@ class ParquetResultSink:
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"batch-{batch_id:012d}.parquet"
             tmp = folder / f".batch-{batch_id:012d}.parquet.tmp"
-            table = pa.Table.from_pylist(
-                [{n: r[n] for n, _ in RESULT_COLUMNS} for r in rows], schema=PARQUET_SCHEMA
-            )
+            table = pa.Table.from_pylist([window_result.only_fields(r) for r in rows], schema=PARQUET_SCHEMA)
             pq.write_table(table, tmp)
             os.replace(tmp, path)
             written.append(path)

@@ -4,12 +4,12 @@ Runs inside Spark as ``applyInPandasWithState`` with an event-time timeout. A wi
 the newest snapshot per key; every micro-batch that changes it emits a *provisional* result; when the
 watermark passes ``window_end + grace`` the timeout emits the *final* result once and leaves a small
 tombstone (for ``retention_ms``) so snapshots arriving later are reported as late, never re-opening a
-final window (DESIGN.md, invariant 5). Dead letters pass straight through; heartbeats only move the
+final window (docs/DESIGN.md, invariant 5). Dead letters pass straight through; heartbeats only move the
 watermark. Every producer-tier snapshot a micro-batch brings in (the newest per producer) also leaves
 as a ``producer`` row (configuration in effect, RTT, retries) for the per-producer metrics.
 
-Result rows carry the live-comparison columns (:data:`PREDICTION_COLUMNS`) empty; the next step of the
-query (:mod:`spark_streaming.predict`) fills them for final windows.
+Result rows carry the live-comparison columns (``window_result.LIVE_COMPARISON_FIELDS``) empty; the next
+step of the query (:mod:`spark_streaming.predict`) fills them for final windows.
 """
 
 from __future__ import annotations
@@ -20,71 +20,14 @@ from typing import Any
 
 import pandas as pd
 
-from audit_record import PRODUCER_TIER
+from audit_record import PRODUCER_TIER, window_result
 from spark_streaming.decode import DEAD_LETTER_GROUP, HEARTBEAT_GROUP
-from spark_streaming.reconcile import FINAL, PROVISIONAL, merge, reconcile
+from spark_streaming.reconcile import merge, reconcile, snapshot_config, snapshot_network
 
 RESULT_COLUMNS: list[tuple[str, str]] = [
-    ("topic", "string"),
-    ("window_start_ms", "long"),
-    ("window_end_ms", "long"),
-    ("tier", "string"),
-    ("state", "string"),
-    ("sent", "long"),
-    ("acknowledged", "long"),
-    ("failed", "long"),
-    ("received", "long"),
-    ("unique", "long"),
-    ("duplicated", "long"),
-    ("late", "long"),
-    ("stale", "long"),
-    ("unaudited", "long"),
-    ("producers", "int"),
-    ("unaudited_producers", "int"),
-    ("loss_rate", "double"),
-    ("duplicate_rate", "double"),
-    ("completeness", "double"),
-    ("latency_p99_ms", "double"),
-    ("latency_max_ms", "double"),
-    ("acks", "string"),
-    ("enable_idempotence", "boolean"),
-    ("batch_num_messages", "int"),
-    ("linger_ms", "double"),
-    ("message_timeout_ms", "int"),
-    ("poll_interval_ms", "double"),
-    ("rtt_avg_ms", "double"),
-    ("tx_retries", "long"),
-    ("request_timeouts", "long"),
-    ("result_at_ms", "long"),
-    # Live comparison (paper Eq. 1-3): the predictor's inputs estimated from the producers ...
-    ("message_size_bytes", "double"),
-    ("packet_loss_pct_est", "double"),
-    ("delay_ms_est", "double"),
-    # ... and what spark_streaming.predict adds for final windows.
-    ("p_loss", "double"),
-    ("p_loss_lo", "double"),
-    ("p_loss_hi", "double"),
-    ("p_dup", "double"),
-    ("p_dup_lo", "double"),
-    ("p_dup_hi", "double"),
-    ("gamma_actual", "double"),
-    ("gamma_predicted", "double"),
-    ("gamma_target", "double"),
-    ("suggestion", "string"),
+    (name, window_result.SPARK_TYPES[name]) for name in window_result.FIELDS
 ]
-PREDICTION_COLUMNS: tuple[str, ...] = (
-    "p_loss",
-    "p_loss_lo",
-    "p_loss_hi",
-    "p_dup",
-    "p_dup_lo",
-    "p_dup_hi",
-    "gamma_actual",
-    "gamma_predicted",
-    "gamma_target",
-    "suggestion",
-)
-"""Result columns :mod:`spark_streaming.predict` fills (null until then, and for provisional windows)."""
+"""The window-result columns (name, Spark type) of the output rows, from ``window_result.avsc``."""
 EXTRA_COLUMNS: list[tuple[str, str]] = [
     ("kind", "string"),
     ("raw_key", "binary"),
@@ -94,8 +37,8 @@ EXTRA_COLUMNS: list[tuple[str, str]] = [
     ("src_partition", "int"),
     ("src_offset", "long"),
     ("producer_id", "string"),  # producer rows
-    ("predict_error", "string"),  # result rows whose prediction failed: why (counted, not written)
-    ("suggested_gamma", "double"),  # result rows with a suggestion: predicted gamma after the change
+    ("predict_stage", "string"),  # result rows whose prediction failed: the stage (counted, not written)
+    ("predict_error", "string"),  # ... and why (logged)
 ]
 OUTPUT_SCHEMA = ", ".join(f"{n} {t}" for n, t in RESULT_COLUMNS + EXTRA_COLUMNS)
 STATE_SCHEMA = "snapshots string, window_end_ms long, final boolean"
@@ -116,23 +59,14 @@ def producer_row(
     Carries the configuration in effect (``acks``, ``batch_num_messages``, ...), librdkafka's mean
     broker RTT (ms) and cumulative ``txretries``; ``result_at_ms`` is the snapshot's emission time (ms).
     """
-    config = snap.get("config") or [None] * 6
-    network = snap.get("network") or [None, 0, 0]
     return {
         "kind": "producer",
         "topic": topic,
         "window_start_ms": window_start_ms,
         "window_end_ms": window_end_ms,
         "producer_id": snap["producer_id"],
-        "acks": config[0],
-        "enable_idempotence": config[1],
-        "batch_num_messages": config[2],
-        "linger_ms": config[3],
-        "message_timeout_ms": config[4],
-        "poll_interval_ms": config[5],
-        "rtt_avg_ms": network[0],
-        "tx_retries": network[1],
-        "request_timeouts": network[2],
+        **snapshot_config(snap),
+        **snapshot_network(snap),
         "result_at_ms": snap["emitted_at_ms"],
     }
 
@@ -161,7 +95,9 @@ def make_reconciler(
             if final:
                 state.remove()
                 return
-            rows = reconcile(topic, window_start, int(end), json.loads(snaps_json).values(), clusters, FINAL)
+            rows = reconcile(
+                topic, window_start, int(end), json.loads(snaps_json).values(), clusters, window_result.FINAL
+            )
             state.update(("{}", int(end), True))
             state.setTimeoutTimestamp(int(end) + grace_ms + retention_ms)
             yield _frame([{**r, "kind": "result"} for r in rows])
@@ -204,7 +140,7 @@ def make_reconciler(
         state.setTimeoutTimestamp(max(end + grace_ms, state.getCurrentWatermarkMs() + 1))
         out = [producer_row(topic, window_start, end, p) for p in producers.values()]
         if changed:
-            rows = reconcile(topic, window_start, end, snaps.values(), clusters, PROVISIONAL)
+            rows = reconcile(topic, window_start, end, snaps.values(), clusters, window_result.PROVISIONAL)
             out += [{**r, "kind": "result"} for r in rows]
         if out:
             yield _frame(out)

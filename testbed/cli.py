@@ -171,7 +171,7 @@ def grid(
                         task,
                         advance=1,
                         last=(
-                            f"L={row['packet_loss_pct']}% B={row['batch_size']} acks={row['acks']}: "
+                            f"L={row['packet_loss_pct']}% B={row['batch_num_messages']} acks={row['acks']}: "
                             f"P_l={row['p_loss']:.4f}"
                         ),
                     ),
@@ -271,7 +271,7 @@ def plot(
         list[Path] | None, typer.Option("--data", help="Experiment CSV(s) of ours (repeatable).")
     ] = None,
     paper: Annotated[
-        Path | None, typer.Option(help="The paper's experiments.csv (default: the shared data).")
+        Path | None, typer.Option(help="The paper's experiments.csv (default: data/wu2020/experiments.csv).")
     ] = None,
     out: Annotated[Path, typer.Option(help="Output directory for fig4.png ... fig8.png.")] = Path(
         "docs/figures"

@@ -3,7 +3,7 @@
 A grid file (YAML) names fixed settings and the features to sweep; every combination (times
 ``repeats``) is one experiment: N messages from one audited producer in the impaired namespace, then
 the verifier's ground truth. Each experiment appends one row to a CSV with exactly the columns of
-``../shared/data/wu2020/experiments.csv`` (:data:`CSV_COLUMNS`), so both train the predictor together.
+``data/wu2020/experiments.csv`` (:data:`CSV_COLUMNS`), so both train the predictor together.
 Re-running the same grid into the same CSV skips the experiments already there (resumable).
 
 Example::
@@ -14,7 +14,7 @@ Example::
     fixed: {delay_ms: 30, message_size_bytes: 100, message_timeout_ms: 5000, poll_interval_ms: 0.5}
     sweep:
       packet_loss_pct: [0, 5, 10, 15, 20, 25]
-      batch_size: [1, 2, 4, 8]
+      batch_num_messages: [1, 2, 4, 8]
       acks: [0, 1]
 """
 
@@ -30,7 +30,10 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from kafka_plumbing.errors import ConfigError
+from audit_record import canonical_acks
+from kafka_plumbing.errors import ConfigError, config_error
+from predictor.features import FEATURES as MODEL_FEATURES
+from predictor.features import current_name
 from testbed.impairment import BernoulliLoss, Delay, Impairment
 from testbed.netns import DEFAULT_CONGESTION_CONTROL
 
@@ -39,13 +42,7 @@ if TYPE_CHECKING:
 
 CSV_COLUMNS = (
     "experiment",
-    "acks",
-    "packet_loss_pct",
-    "delay_ms",
-    "message_size_bytes",
-    "batch_size",
-    "message_timeout_ms",
-    "poll_interval_ms",
+    *MODEL_FEATURES,
     "retries",
     "retry_backoff_ms",
     "buffer_max_kbytes",
@@ -59,15 +56,17 @@ CSV_COLUMNS = (
     "p_dup",
     "duration_s",
 )
+"""The shared data's columns (the predictor's features first), with ``batch_size`` renamed
+``batch_num_messages``: files with the former name still read (:func:`predictor.features.current_name`)."""
 FEATURES = CSV_COLUMNS[1 : CSV_COLUMNS.index("n_sent")]
-"""Settings of one experiment: the CSV's columns up to ``n_sent`` (units as in the shared README)."""
+"""Settings of one experiment: the CSV's columns up to ``n_sent`` (units as in ``data/wu2020/README.md``)."""
 
 DEFAULTS: dict[str, float] = {
     "acks": 1,
     "packet_loss_pct": 0.0,
     "delay_ms": 30.0,
     "message_size_bytes": 100,
-    "batch_size": 1,
+    "batch_num_messages": 1,
     "message_timeout_ms": 5000,
     "poll_interval_ms": 0.5,
     "retries": 2,
@@ -115,6 +114,7 @@ class GridSpec(BaseModel):
     @field_validator("fixed", "sweep")
     @classmethod
     def _known(cls, v: dict[str, Any]) -> dict[str, Any]:
+        v = {current_name(k): x for k, x in v.items()}  # a grid file written before a feature rename
         unknown = sorted(set(v) - set(FEATURES))
         if unknown:
             raise ValueError(f"unknown feature(s) {unknown}; allowed: {', '.join(FEATURES)}")
@@ -149,7 +149,7 @@ def load_grid(path: Path) -> GridSpec:
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: {exc}") from exc
     except ValidationError as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
+        raise config_error(exc, str(path)) from None
 
 
 def point_key(name: str, settings: dict[str, float], repeat: int) -> tuple[str, ...]:
@@ -163,7 +163,8 @@ def done_keys(csv_path: Path) -> dict[tuple[str, ...], int]:
     if not csv_path.exists():
         return out
     with csv_path.open(newline="") as f:
-        for row in csv.DictReader(f):
+        for read in csv.DictReader(f):
+            row = {current_name(k): v for k, v in read.items()}
             key = (row["experiment"], *(f"{float(row[k]):g}" for k in FEATURES))
             out[key] = out.get(key, 0) + 1
     return out
@@ -172,8 +173,8 @@ def done_keys(csv_path: Path) -> dict[tuple[str, ...], int]:
 def librdkafka_config(settings: dict[str, float]) -> dict[str, Any]:
     """Return the producer properties of one experiment (librdkafka names)."""
     return {
-        "acks": str(int(settings["acks"])),
-        "batch.num.messages": int(settings["batch_size"]),
+        "acks": canonical_acks(settings["acks"]),
+        "batch.num.messages": int(settings["batch_num_messages"]),
         "message.timeout.ms": int(settings["message_timeout_ms"]),
         "message.send.max.retries": int(settings["retries"]),
         "retry.backoff.ms": int(settings["retry_backoff_ms"]),
@@ -195,7 +196,7 @@ def impairment(
 def csv_row(
     name: str, settings: dict[str, float], sent: int, received: int, unique: int, seconds: float
 ) -> dict[str, Any]:
-    """One CSV row in the shared data's columns and units (P_l, P_d as fractions)."""
+    """One CSV row in the columns and units of ``data/wu2020/experiments.csv`` (P_l, P_d as fractions)."""
     lost = max(0, sent - unique)
     dup = received - unique
     row: dict[str, Any] = {"experiment": name}

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kafka_plumbing.errors import KafkaAuditError
+from kafka_plumbing.processes import pid_alive
 from testbed.impairment import BernoulliLoss, Impairment
 
 PREFIX = "kaudit-"
@@ -73,16 +74,6 @@ def _run(cmd: Sequence[str], stdin: str | None = None) -> str:
     return proc.stdout
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def list_namespaces() -> list[str]:
     """Names of the testbed's network namespaces (``kaudit-<pid>-<n>-p|r``) that exist now."""
     out = _run(["ip", "netns", "list"])
@@ -94,7 +85,7 @@ def cleanup_stale() -> list[str]:
     removed = []
     for ns in list_namespaces():
         m = re.fullmatch(rf"{PREFIX}(\d+)-\d+-[pr]", ns)
-        if m and not _pid_alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             with contextlib.suppress(NetworkError):
                 _run(["ip", "netns", "delete", ns])
                 removed.append(ns)

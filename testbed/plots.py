@@ -1,7 +1,7 @@
 """The paper's Figs. 4-8 from experiment CSVs (``experiments.csv`` columns), ours next to the paper's.
 
 Each figure has one panel per data source (e.g. the paper's measurements in
-``../shared/data/wu2020/experiments.csv`` and a testbed grid's CSV), with the same axes, so the shapes
+``data/wu2020/experiments.csv`` and a testbed grid's CSV), with the same axes, so the shapes
 can be compared side by side. Points are means over repeated settings. Figures (Wu, Shang, Wolter 2020):
 
 - Fig. 4: message size M vs P_l at L = 19 % (``msgsize-pktloss``)
@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from kafka_plumbing.errors import ConfigError
+from predictor.features import current_columns
 from testbed.grid import CSV_COLUMNS
 
 
@@ -51,22 +52,23 @@ FIGURES = (
     Figure(6, "Fig. 6: polling interval vs P_l", "poll_interval_ms", "p_loss", "packet_loss_pct",
            lambda df: df[df["experiment"].str.contains("pollTime|poll", case=False)],
            "polling interval (ms)", "P_l"),
-    Figure(7, "Fig. 7: packet loss L vs P_l by batch size B", "packet_loss_pct", "p_loss", "batch_size",
+    Figure(7, "Fig. 7: packet loss L vs P_l by batch size B", "packet_loss_pct", "p_loss",
+           "batch_num_messages",
            lambda df: df[df["experiment"].str.contains("batch-pktloss", case=False)],
            "packet loss L (%)", "P_l", split="acks"),
-    Figure(8, "Fig. 8: batch size B vs P_d", "batch_size", "p_dup", "packet_loss_pct",
+    Figure(8, "Fig. 8: batch size B vs P_d", "batch_num_messages", "p_dup", "packet_loss_pct",
            lambda df: df[df["experiment"].str.contains("batch-pktloss", case=False) & (df["acks"] == 1)],
            "batch size B (batch.num.messages)", "P_d"),
 )  # fmt: skip
 
 
 def read_csv(path: Path) -> pd.DataFrame:
-    """Read an experiments CSV.
+    """Read an experiments CSV; a former column name (``batch_size``) gets its current one.
 
     Raises:
         ConfigError: if it lacks columns of ``experiments.csv``.
     """
-    df = pd.read_csv(path)
+    df = current_columns(pd.read_csv(path))
     missing = [c for c in CSV_COLUMNS if c not in df.columns]
     if missing:
         raise ConfigError(f"{path}: not an experiments CSV, missing columns {missing}")

@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kafka_plumbing.errors import ConfigError
+from kafka_plumbing.errors import ConfigError, config_error
 from testbed.impairment import Impairment
 
 
@@ -154,8 +154,10 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         text, where = path.read_text(), str(path)
     try:
         scenario = Scenario.model_validate(yaml.safe_load(text))
-    except (yaml.YAMLError, ValidationError) as exc:
+    except yaml.YAMLError as exc:
         raise ConfigError(f"{where}: {exc}") from exc
+    except ValidationError as exc:
+        raise config_error(exc, where) from None
     if not scenario.topic:
         scenario = scenario.model_copy(update={"topic": f"testbed.{scenario.name}"})
     return scenario

@@ -20,7 +20,7 @@ import pytest
 from alerts import AlertSettings, attach_to_job
 from audit_consumer.consumer import AuditConsumer
 from audit_consumer.settings import AuditConsumerSettings
-from predictor.suggest import changes_from_explanation
+from audit_record.window_result import suggested_changes
 from spark_streaming.job import ReconciliationJob
 from spark_streaming.settings import SparkJobSettings
 from testbed.impairment import BernoulliLoss, Delay, Impairment
@@ -129,9 +129,12 @@ def test_gamma_alert_fires_with_a_suggestion_and_resolves_once_it_is_applied(tmp
             fired_on = datetime.fromisoformat(alert["annotations"]["window_start"]).timestamp() * 1000
             seen = [(w, r["sent"], r["gamma_actual"]) for w, r in sorted(finals.items())]
             assert first <= fired_on <= first + 2 * WINDOW_MS, (first, fired_on, seen)
+            # The alert's window result carries the suggestion as structure; the annotation says it in words.
+            window = finals[int(fired_on)]
             suggestion = alert["annotations"]["suggestion"]
-            changes = changes_from_explanation(suggestion)
-            assert changes, suggestion
+            assert suggestion == window["suggestion"]
+            changes = suggested_changes(window)
+            assert changes, window
             assert alert["labels"]["topic"] == topic
 
             # Apply the suggestion: restart the load with its configuration and producer count.
@@ -140,7 +143,7 @@ def test_gamma_alert_fires_with_a_suggestion_and_resolves_once_it_is_applied(tmp
             n = int(changes.pop("producers", 1))
             config = {
                 **DEFAULT_CONFIG,
-                **{k: str(int(v)) if k == "acks" else int(v) for k, v in changes.items()},
+                **{k: v if k == "acks" else int(v) for k, v in changes.items()},
             }
             stage2_ms = time.time_ns() // 1_000_000
             procs = _producers(lab, topic, config, n, "tuned")

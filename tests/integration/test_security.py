@@ -186,13 +186,23 @@ def test_wrong_password_is_a_clear_authentication_error(
     conf = {"bootstrap.servers": secure.bootstrap}
     messages = []
 
+    producer = AuditedProducer(  # no network I/O here: the check is explicit (or at first use)
+        {**conf, "client.id": "wrong"}, ProducerAuditSettings(audit_topic=audit_topics["audit_topic"])
+    )
     t0 = time.monotonic()
     with pytest.raises(KafkaAuthenticationError) as producer_error:
-        AuditedProducer(
-            {**conf, "client.id": "wrong"}, ProducerAuditSettings(audit_topic=audit_topics["audit_topic"])
-        )
+        producer.check()
     assert time.monotonic() - t0 < 15, "the error should come at once, not after retrying"
+    producer.close()
     messages.append(str(producer_error.value))
+
+    t0 = time.monotonic()
+    produce_cli = CliRunner().invoke(
+        app, ["produce", "-b", secure.bootstrap, "--topic", "t", "--count", "1", "--rate", "0"]
+    )
+    assert produce_cli.exit_code == 2, produce_cli.output
+    assert time.monotonic() - t0 < 15, "kafka-audit produce should fail at once, not after retrying"
+    messages.append(produce_cli.output)
 
     consumer = AuditConsumer(consumer_settings(secure.bootstrap, ["t"], audit_topics))
     with pytest.raises(KafkaAuthenticationError) as consumer_error:

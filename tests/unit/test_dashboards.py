@@ -20,7 +20,7 @@ from kafka_audit.cli import app
 from kafka_plumbing.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
-# The cross-team contract's metric names (histogram series add _bucket/_sum/_count).
+# The contract's metric names (docs/DESIGN.md, "Metrics"; histogram series add _bucket/_sum/_count).
 CONTRACT_METRICS = {
     "kafka_audit_completeness_ratio",
     "kafka_audit_loss_ratio",

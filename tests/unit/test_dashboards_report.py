@@ -12,8 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from audit_record.window_result import LIVE_COMPARISON_FIELDS as PREDICTION_COLUMNS
 from dashboards.report import render
-from dashboards.report_data import PREDICTION_COLUMNS, load_alerts, load_results, parse_since
+from dashboards.report_data import load_alerts, load_results, parse_since
 from kafka_audit.cli import app
 from kafka_plumbing.errors import ConfigError
 from spark_streaming.sinks import PARQUET_SCHEMA, ParquetResultSink

@@ -7,23 +7,23 @@ import pytest
 from rich.console import Console
 
 import spark_streaming.predict as predict_module
+from audit_record.window_result import LIVE_COMPARISON_FIELDS, suggested_changes
 from kafka_audit.platform import results_table, short_suggestion
 from kafka_audit.up_settings import load_up_settings
 from kafka_plumbing.errors import ConfigError
 from predictor.features import FEATURES
 from predictor.kpi import Weights, gamma
 from predictor.model import default_predictor
-from predictor.suggest import changes_from_explanation, suggest
+from predictor.suggest import suggest
 from spark_streaming.metrics import ResultMetrics
 from spark_streaming.predict import (
     KpiConfig,
     add_predictions,
     feature_frame,
     make_predict_step,
-    prediction_failures,
 )
 from spark_streaming.settings import SparkJobSettings
-from spark_streaming.state import OUTPUT_COLUMNS, PREDICTION_COLUMNS
+from spark_streaming.state import OUTPUT_COLUMNS
 
 TOPIC = "audit.weblog"
 
@@ -89,7 +89,7 @@ def test_feature_frame_maps_window_columns_to_the_predictor_inputs():
         321.0,
         0.0,
     ]
-    assert f.iloc[0][["batch_size", "message_timeout_ms"]].tolist() == [1.0, 500.0]
+    assert f.iloc[0][["batch_num_messages", "message_timeout_ms"]].tolist() == [1.0, 500.0]
 
 
 def test_final_windows_get_predictions_gammas_and_a_suggestion_below_target(model):
@@ -138,7 +138,7 @@ def test_final_windows_get_predictions_gammas_and_a_suggestion_below_target(mode
     assert bad["suggestion"] == direct.explanation and "->" in bad["suggestion"]
     assert bad["suggested_gamma"] == pytest.approx(direct.predicted_after.gamma)
     assert bad["predict_error"] is None
-    assert all(pd.isna(prov[c]) for c in PREDICTION_COLUMNS)
+    assert all(pd.isna(prov[c]) for c in LIVE_COMPARISON_FIELDS)
     assert good["gamma_actual"] >= 0.9 and good["suggestion"] is None and good["p_loss"] < 0.01
     assert producer["producer_id"] == "p" and pd.isna(producer["p_loss"])
 
@@ -201,7 +201,7 @@ def test_failures_leave_predictions_null_never_raise_and_are_counted(model):
         "input: acks is not one of 0, 1, all, -1",
     ]
     assert out["predict_error"].iloc[2] is None and not pd.isna(out["p_loss"].iloc[2])
-    assert prediction_failures(out.to_dict("records")) == {(TOPIC, "input"): 2}
+    assert out["predict_stage"].tolist() == ["input", "input", None]
 
 
 def test_predict_step_passes_other_batches_through_and_keeps_the_column_order(model, monkeypatch):
@@ -228,6 +228,7 @@ def _final(**kw):
         gamma_predicted=0.7,
         gamma_target=0.9,
         suggestion="raise batch.num.messages 1 -> 4: predicted P_l 0.63 -> 0.04, gamma 0.71 -> 0.93",
+        suggested_batch_num_messages=4,
         suggested_gamma=0.93,
         completeness=0.85,
         unaudited_producers=2,
@@ -251,9 +252,14 @@ def test_metrics_follow_the_newest_final_window():
     text = _final()["suggestion"]
     assert reg.get_sample_value("kafka_audit_suggestion_info", {**lab, "suggestion": text}) == 0.93
     # A newer window without prediction or suggestion removes them (no stale numbers on the dashboard).
-    m.observe(
-        [_final(window_start_ms=20_000, p_loss=None, suggestion=None, predict_error="model: gone")], [], []
+    newer = _final(
+        window_start_ms=20_000,
+        p_loss=None,
+        suggestion=None,
+        predict_stage="model",
+        predict_error="model: gone",
     )
+    m.observe([newer], [], [])
     assert reg.get_sample_value("kafka_audit_predicted_loss_ratio", {**lab, "bound": "p50"}) is None
     assert reg.get_sample_value("kafka_audit_suggestion_info", {**lab, "suggestion": text}) is None
     assert (
@@ -286,6 +292,7 @@ def test_producer_metrics_follow_the_newest_snapshot_and_expire():
         "message_timeout_ms": "500",
         "linger_ms": "5",
         "enable_idempotence": "false",
+        "poll_interval_ms": "",  # unknown
     }
     assert reg.get_sample_value("kafka_audit_producer_info", info) == 1
     assert (
@@ -319,9 +326,9 @@ def test_live_table_shows_predicted_next_to_actual_within_140_columns():
     for cell in ("15.00%", "20.00% [10.00-30.00]", "1.00%", "0.81/0.70", "batch.num.messages 1→4"):
         assert cell in final, (cell, final)
     assert "target 0.90" in text and "cluster:local" in text
-    assert short_suggestion("lower message.timeout.ms 5000 -> 500, set acks 1 -> 0: predicted P_l ...") == (
-        "message.timeout.ms 5000→500, acks 1→0"
-    )
+    row = _row(message_timeout_ms=5000, suggested_message_timeout_ms=500, suggested_acks="0", suggestion="x")
+    assert short_suggestion(row) == "acks 1→0, message.timeout.ms 5000→500"
+    assert short_suggestion(_row()) == ""
 
 
 def test_up_alert_settings_file_env_and_flags(tmp_path, monkeypatch):
@@ -373,20 +380,20 @@ def test_a_window_gets_the_same_numbers_whatever_else_is_in_the_micro_batch(mode
     assert alone.iloc[0][cols].tolist() == mixed.iloc[-1][cols].tolist()
 
 
-def test_suggestion_text_parses_back_into_the_configuration_change(model):
+def test_the_suggestion_is_carried_as_structure_matching_the_model(model):
     out = add_predictions(pd.DataFrame([_row()]), CONFIG, lambda: model)
-    text = out["suggestion"].iloc[0]
-    changes = changes_from_explanation(text)
-    assert changes and set(changes) <= {
-        "acks",
-        "batch.num.messages",
-        "message.timeout.ms",
-        "poll_interval_ms",
-        "producers",
-    }
-    assert all(f"{k} " in text and f"-> {v}" in text for k, v in changes.items())
-    assert changes_from_explanation("set acks 1 -> 0, scale producers 1 -> 3: predicted P_l 0.2 -> 0.1") == {
-        "acks": 0,
-        "producers": 3,
-    }
-    assert changes_from_explanation(None) == {} and changes_from_explanation("nothing to change") == {}
+    row = out.iloc[0].to_dict()
+    config = {"acks": "1", "batch.num.messages": 1, "message.timeout.ms": 500, "producers": 1}
+    direct = suggest(
+        {**config, "poll_interval_ms": 0.0},
+        {"packet_loss_pct": 15, "delay_ms": 1, "message_size_bytes": 200, "arrival_rate_msgs_per_s": 500},
+        0.9,
+        Weights.preset("weblog"),
+        model,
+    )
+    changes = suggested_changes(row)
+    assert changes and changes == {k: (str(v) if k == "acks" else v) for k, v in direct.changes.items()}
+    assert row["suggested_gamma"] == pytest.approx(direct.predicted_after.gamma)
+    assert row["suggested_p_loss"] == pytest.approx(direct.predicted_after.p_loss)
+    assert row["suggestion_meets_target"] == direct.meets_target
+    assert suggested_changes(_row()) == {}  # no suggestion: no change

@@ -17,7 +17,7 @@ def cases(**overrides):
         packet_loss_pct=10.0,
         delay_ms=30.0,
         message_size_bytes=100.0,
-        batch_size=1.0,
+        batch_num_messages=1.0,
         message_timeout_ms=2000.0,
         poll_interval_ms=0.0,
     )
@@ -50,7 +50,7 @@ def test_predictions_follow_the_measured_trends():
     assert by_loss[0] < 0.02 and by_loss[-1] > 0.7
     assert (np.diff(by_loss) > 0).all()
     # Sec. IV-D: batching lowers P_l under packet loss (acks=1, L=12%)
-    by_batch = p.predict(cases(packet_loss_pct=12.0, batch_size=[1.0, 4.0, 8.0]))["p_loss"].to_numpy()
+    by_batch = p.predict(cases(packet_loss_pct=12.0, batch_num_messages=[1.0, 4.0, 8.0]))["p_loss"].to_numpy()
     assert by_batch[0] - by_batch[2] > 0.3
 
 
@@ -91,6 +91,31 @@ def test_shipped_card_documents_the_model():
     assert isinstance(card["seed"], int)
 
 
+def test_a_card_and_a_csv_with_the_former_batch_size_name_still_work(tmp_path):
+    import shutil
+
+    from predictor import data
+    from predictor.model import DEFAULT_MODEL_DIR
+
+    shutil.copytree(DEFAULT_MODEL_DIR, tmp_path / "old")
+    card_path = tmp_path / "old" / "card.json"
+    card = json.loads(card_path.read_text())
+    card["features"] = ["batch_size" if f == "batch_num_messages" else f for f in card["features"]]
+    card["trained_ranges"]["batch_size"] = card["trained_ranges"].pop("batch_num_messages")
+    card_path.write_text(json.dumps(card))
+    old = Predictor.load(tmp_path / "old")
+    assert old.card["features"] == list(FEATURES) and "batch_num_messages" in old.card["trained_ranges"]
+    assert old.card["spec"]["batch_size"] == 64  # the training minibatch is no feature
+    frame = cases(packet_loss_pct=[0.0, 12.0, 20.0], batch_num_messages=[1.0, 4.0, 8.0])
+    pd.testing.assert_frame_equal(old.predict(frame), default_predictor().predict(frame))
+
+    new_csv, old_csv = tmp_path / "new.csv", tmp_path / "old.csv"
+    _tiny_csv(new_csv).rename(columns={"batch_num_messages": "batch_size"}).to_csv(old_csv, index=False)
+    loaded = data.load([old_csv])
+    pd.testing.assert_frame_equal(loaded.drop(columns="source"), data.load([new_csv]).drop(columns="source"))
+    assert "batch_size" not in loaded.columns
+
+
 def test_load_rejects_a_directory_without_model(tmp_path):
     with pytest.raises(ConfigError, match="not a model directory"):
         Predictor.load(tmp_path)
@@ -105,7 +130,7 @@ def _tiny_csv(path, n=40):
             "packet_loss_pct": rng.uniform(0, 20, n).round(1),
             "delay_ms": 30,
             "message_size_bytes": 100,
-            "batch_size": rng.integers(1, 11, n),
+            "batch_num_messages": rng.integers(1, 11, n),
             "message_timeout_ms": 5000,
             "poll_interval_ms": 0,
         }
@@ -140,13 +165,17 @@ def test_evaluate_json_keys_and_family_breakdown(tmp_path):
 
 
 def test_predict_cli_json():
-    result = CliRunner().invoke(
-        app, ["predictor", "predict", "--acks", "1", "--batch-size", "4", "--packet-loss-pct", "10", "--json"]
-    )
+    args = ["predictor", "predict", "--acks", "1", "--packet-loss-pct", "10", "--json"]
+    result = CliRunner().invoke(app, [*args, "--batch-num-messages", "4"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert out["p_loss_lo"] <= out["p_loss"] <= out["p_loss_hi"]
-    assert out["input"]["batch_size"] == 4.0 and out["throughput_msgs_per_s"] > 0
+    assert out["input"]["batch_num_messages"] == 4.0 and out["throughput_msgs_per_s"] > 0
+    # the former flag still works, hidden from --help, with a warning on stderr
+    old = CliRunner().invoke(app, [*args, "--batch-size", "4"])
+    assert old.exit_code == 0, old.output
+    assert json.loads(old.stdout) == out and "--batch-size is deprecated" in old.stderr
+    assert "--batch-size" not in CliRunner().invoke(app, ["predictor", "predict", "--help"]).output
 
 
 @pytest.mark.parametrize(
@@ -154,7 +183,9 @@ def test_predict_cli_json():
     [
         (["predictor", "predict", "--packet-loss-pct", "150"], "--packet-loss-pct"),
         (["predictor", "predict", "--acks", "2"], "--acks"),
+        (["predictor", "predict", "--batch-num-messages", "0"], "--batch-num-messages"),
         (["predictor", "predict", "--batch-size", "0"], "--batch-size"),
+        (["suggest", "--batch-size", "0"], "--batch-size"),
         (["predictor", "predict", "--delay-ms", "-5"], "--delay-ms"),
         (["predictor", "evaluate", "--split", "test"], "--split"),
         (["predictor", "evaluate", "--data", "/nonexistent.csv"], "no such file"),

@@ -1,11 +1,14 @@
 import json
 
+import numpy as np
 import pytest
 
 from audit_producer.librdkafka_config import reliability_config
 from audit_producer.network_stats import parse_statistics
 from audit_producer.workloads import message_pool
+from audit_record import canonical_acks
 from kafka_plumbing.errors import ConfigError
+from predictor.features import acks_number
 from spark_streaming.rates import completeness, duplicate_rate, loss_rate
 
 
@@ -28,6 +31,24 @@ def test_defaults_and_aliases_follow_librdkafka():
 def test_bad_acks_names_the_key_and_the_allowed_values():
     with pytest.raises(ConfigError, match=r"acks='2'.*0, 1, all, -1"):
         reliability_config({"acks": "2"})
+
+
+@pytest.mark.parametrize(
+    ("value", "canonical", "zero_one"),
+    [("0", "0", 0), (0, "0", 0), ("1", "1", 1), (1, "1", 1), (1.0, "1", 1), (" ALL ", "all", 1),
+     ("all", "all", 1), ("-1", "all", 1), (-1, "all", 1), (np.int64(0), "0", 0)],
+)
+def test_acks_has_one_canonical_form_and_the_predictor_derives_its_0_1(value, canonical, zero_one):
+    assert canonical_acks(value) == canonical
+    assert reliability_config({"acks": value}).acks == canonical
+    assert acks_number(value) == zero_one
+
+
+@pytest.mark.parametrize("value", ["2", 2, "one", "", None, True, 0.5, float("nan"), "1.0"])
+def test_every_acks_reader_rejects_the_same_values(value):
+    for read in (canonical_acks, acks_number, lambda v: reliability_config({"acks": v})):
+        with pytest.raises(ConfigError, match=r"acks=.*allowed values are 0, 1, all, -1"):
+            read(value)
 
 
 def test_statistics_are_reduced_to_network_stats_in_ms():

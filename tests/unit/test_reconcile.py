@@ -1,5 +1,6 @@
 from audit_record import AuditRecord, ProducerConfig
-from spark_streaming.reconcile import FINAL, compact, merge, reconcile
+from audit_record.window_result import FINAL
+from spark_streaming.reconcile import compact, merge, reconcile
 
 
 def _snap(order, **kw):

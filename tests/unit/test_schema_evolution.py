@@ -19,8 +19,10 @@ from audit_record import (
     codec,
     decode,
     encode,
+    window_result,
 )
-from spark_streaming.reconcile import FINAL, compact, reconcile
+from audit_record.window_result import FINAL
+from spark_streaming.reconcile import compact, reconcile
 from spark_streaming.state import RESULT_COLUMNS
 
 # Fingerprints of the schemas as first released: records in topics today carry these. If a v1 file is
@@ -173,8 +175,15 @@ def test_window_estimates_d_l_m_from_producer_snapshots():
     assert row["delay_ms_est"] == pytest.approx((1.5 + 4.5) / 2 / 2)  # D = mean RTT / 2
     assert row["packet_loss_pct_est"] == pytest.approx((12.5 * 300 + 2.0 * 100) / 400)  # weighted by sent
     assert row["message_size_bytes"] == pytest.approx(80_000 / 400)
-    # State written by an older job: network lists without the estimate, snapshots without bytes.
-    old = {**p1, "network": p1["network"][:3]}
+    # State written by an older job: positional config and network lists (the network one without the
+    # estimate), snapshots without bytes.
+    network = p1["network"]
+    old = {
+        **p1,
+        "network": [network["rtt_avg_ms"], network["tx_retries"], network["request_timeouts"]],
+        "config": [p1["config"][k] for k in window_result.CONFIG_FIELDS],
+    }
     del old["bytes"]
     [row] = reconcile("orders", 60_000, 120_000, [old, cluster], ["a"], FINAL)
     assert (row["packet_loss_pct_est"], row["message_size_bytes"], row["delay_ms_est"]) == (None, None, 0.75)
+    assert {k: row[k] for k in window_result.CONFIG_FIELDS} == p1["config"]

@@ -31,10 +31,11 @@ def test_high_loss_case_gets_a_change_that_raises_gamma():
     assert set(s.changes) <= set(KNOB_NAMES.values())
     assert EXPLANATION.match(s.explanation), s.explanation
     # the predicted P_l after is what the model says for the changed configuration
-    row = {"acks": 1, "batch_size": 1, "message_timeout_ms": 2000, "poll_interval_ms": 0, **HIGH_LOSS_NET}
+    row = {"acks": 1, "batch_num_messages": 1, "message_timeout_ms": 2000, "poll_interval_ms": 0}
+    row.update(HIGH_LOSS_NET)
     row.update(
         {
-            "batch_size": s.changes.get("batch.num.messages", 1),
+            "batch_num_messages": s.changes.get("batch.num.messages", 1),
             "acks": s.changes.get("acks", 1),
             "message_timeout_ms": s.changes.get("message.timeout.ms", 2000),
             "poll_interval_ms": s.changes.get("poll_interval_ms", 0),
@@ -97,7 +98,7 @@ def test_suggest_cli_text_and_json():
         "suggest",
         "--acks",
         "1",
-        "--batch-size",
+        "--batch-num-messages",
         "1",
         "--packet-loss-pct",
         "10",
@@ -122,15 +123,3 @@ def test_polling_interval_is_not_searched_under_packet_loss():
     s = suggest(HIGH_LOSS_CONFIG, {**HIGH_LOSS_NET, "packet_loss_pct": 20.0}, 0.99)
     assert s is not None
     assert "poll_interval_ms" not in s.changes
-
-
-def test_changes_read_back_from_the_explanation():
-    from predictor.suggest import changes_from_explanation
-
-    text = "raise batch.num.messages 1 -> 8, scale producers 1 -> 2: predicted P_l 0.86 -> 0.1"
-    assert changes_from_explanation(text) == {"batch.num.messages": 8.0, "producers": 2.0}
-    assert changes_from_explanation("set acks 0 -> 1, lower message.timeout.ms 5000 -> 2000: x") == {
-        "acks": 1.0,
-        "message.timeout.ms": 2000.0,
-    }
-    assert changes_from_explanation("no change") == {}

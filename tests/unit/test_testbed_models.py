@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kafka_plumbing.errors import ConfigError
+from predictor.features import current_name
 from testbed import netns
 from testbed.grid import CSV_COLUMNS, GridSpec, append_row, csv_row, done_keys, load_grid, point_key
 from testbed.impairment import BernoulliLoss, Delay, GilbertElliottLoss, Impairment, LossProcess
@@ -82,7 +83,8 @@ def test_refuses_without_root(monkeypatch):
 
 
 def test_grid_points_and_resume_keys(tmp_path):
-    spec = GridSpec(name="g", sweep={"packet_loss_pct": [0, 10], "batch_size": [1, 2, 4], "acks": [0, 1]})
+    sweep = {"packet_loss_pct": [0, 10], "batch_num_messages": [1, 2, 4], "acks": [0, 1]}
+    spec = GridSpec(name="g", sweep=sweep)
     points = list(spec.points())
     assert spec.size == len(points) == 12
     settings, _ = points[0]
@@ -95,10 +97,25 @@ def test_grid_points_and_resume_keys(tmp_path):
     assert (row["n_lost"], row["p_loss"], row["n_duplicated"], row["p_dup"]) == ("5", "0.05", "2", "0.02")
 
 
+def test_grids_and_csvs_with_the_former_batch_size_name_still_read(tmp_path):
+    old_spec = GridSpec(name="g", sweep={"packet_loss_pct": [0, 10], "batch_size": [1, 2, 4], "acks": [0, 1]})
+    new_sweep = {"packet_loss_pct": [0, 10], "batch_num_messages": [1, 2, 4], "acks": [0, 1]}
+    assert list(old_spec.points()) == list(GridSpec(name="g", sweep=new_sweep).points())
+    settings, _ = next(old_spec.points())
+    row = csv_row("g", settings, sent=100, received=97, unique=95, seconds=1.5)
+    old = tmp_path / "old.csv"
+    with old.open("w", newline="") as f:  # a CSV written before the rename
+        w = csv.writer(f)
+        w.writerow(["batch_size" if c == "batch_num_messages" else c for c in CSV_COLUMNS])
+        w.writerow([row[c] for c in CSV_COLUMNS])
+    assert done_keys(old) == {point_key("g", settings, 0)[:-1]: 1}
+
+
 def test_csv_columns_match_the_shared_data():
     with SHARED_CSV.open() as f:
         header = next(csv.reader(f))
-    assert tuple(header) == CSV_COLUMNS
+    assert "batch_size" in header  # the shared file keeps its columns; the former name maps to the new one
+    assert tuple(current_name(c) for c in header) == CSV_COLUMNS
 
 
 def test_grid_file_errors_name_the_key(tmp_path):

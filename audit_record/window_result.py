@@ -1,0 +1,212 @@
+"""The window result, defined once: one (topic, window, cluster tier) reconciled, measured and predicted.
+
+The fields, their order, types, units and meaning are those of ``window_result.avsc`` beside this
+module; :data:`FIELDS` and :data:`SPARK_TYPES` are read from it, and every writer and reader (the Spark
+state and output schema, the sinks, the alert rules, the live comparison, the predictor, the report,
+the metrics) takes the names from here. The groups below name the parts of a result by role, so no
+other module retypes a list of its fields.
+
+A result row is a plain ``dict`` (field name -> value, None when unknown): Spark, pandas, fastavro and
+JSON all carry it without conversion. Keyed by ``topic|window_start_ms|tier`` (:func:`key`); the newest
+per key is the truth, and once ``state`` is ``final`` it never changes (``docs/DESIGN.md``, invariant 5).
+
+The configuration suggestion travels as structure: ``suggested_<property>`` holds the new value of each
+property the suggestion changes (null: unchanged) - librdkafka's ``acks``, ``batch.num.messages``,
+``message.timeout.ms``, and two hints for the application, the polling interval and the producer count.
+:func:`suggested_changes` reads them back as ``{property: value}``; ``suggestion`` is the same change
+in words, for people, and nothing parses it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
+from typing import Any
+
+SCHEMA = "window_result"
+"""Name of the Avro schema (``window_result.avsc``) in :mod:`audit_record.codec`."""
+
+PROVISIONAL = "provisional"
+FINAL = "final"
+"""Values of the ``state`` field: provisional until the watermark passes window end + grace, then final."""
+
+_SPARK_TYPE = {"string": "string", "long": "long", "int": "int", "double": "double", "boolean": "boolean"}
+
+
+@cache
+def _avro_fields() -> tuple[tuple[str, str], ...]:
+    text = resources.files("audit_record").joinpath(f"{SCHEMA}.avsc").read_text()
+    out = []
+    for f in json.loads(text)["fields"]:
+        types = f["type"] if isinstance(f["type"], list) else [f["type"]]
+        (avro_type,) = [t for t in types if t != "null"]
+        out.append((f["name"], avro_type))
+    return tuple(out)
+
+
+FIELDS: tuple[str, ...] = tuple(name for name, _ in _avro_fields())
+"""Every field of a window result, in schema order (``window_result.avsc``)."""
+
+SPARK_TYPES: dict[str, str] = {name: _SPARK_TYPE[t] for name, t in _avro_fields()}
+"""Field -> Spark SQL type name (``long``, ``int``, ``double``, ``string``, ``boolean``); every field is
+nullable in Spark, the Avro schema says which may be null when written."""
+
+KEY_FIELDS: tuple[str, ...] = ("topic", "window_start_ms", "tier")
+"""The fields of the result key (:func:`key`)."""
+
+CONFIG_FIELDS: tuple[str, ...] = (
+    "acks",
+    "enable_idempotence",
+    "batch_num_messages",
+    "linger_ms",
+    "message_timeout_ms",
+    "poll_interval_ms",
+)
+"""The producer configuration in effect (of the producer that sent the most in the window); each is the
+:class:`~audit_record.ProducerConfig` attribute of the same name."""
+
+NETWORK_FIELDS: tuple[str, ...] = ("rtt_avg_ms", "tx_retries", "request_timeouts")
+"""librdkafka's network statistics, summed or averaged over the producers (see the schema)."""
+
+ESTIMATE_FIELDS: tuple[str, ...] = ("message_size_bytes", "packet_loss_pct_est", "delay_ms_est")
+"""The predictor's inputs estimated from the producers: M (bytes), L (percent), D (ms) (paper Eq. 1)."""
+
+PREDICTION_FIELDS: tuple[str, ...] = ("p_loss", "p_loss_lo", "p_loss_hi", "p_dup", "p_dup_lo", "p_dup_hi")
+"""Predicted P_l and P_d with their 90% intervals (5th / 95th percentile), fractions 0-1 (paper Eq. 1)."""
+
+GAMMA_FIELDS: tuple[str, ...] = ("gamma_actual", "gamma_predicted", "gamma_target")
+"""KPI gamma (paper Eq. 2) with the measured R_l, R_d, with the predicted P_l, P_d, and the target, 0-1."""
+
+SUGGESTED_PROPERTIES: dict[str, str] = {
+    "acks": "suggested_acks",
+    "batch.num.messages": "suggested_batch_num_messages",
+    "message.timeout.ms": "suggested_message_timeout_ms",
+    "poll_interval_ms": "suggested_poll_interval_ms",
+    "producers": "suggested_producers",
+}
+"""Property a suggestion may change (librdkafka names; ``poll_interval_ms`` and ``producers`` are hints
+for the application) -> the field holding its suggested value."""
+
+CURRENT_PROPERTIES: dict[str, str] = {
+    "acks": "acks",
+    "batch.num.messages": "batch_num_messages",
+    "message.timeout.ms": "message_timeout_ms",
+    "poll_interval_ms": "poll_interval_ms",
+    "producers": "producers",
+}
+"""The same properties -> the field holding the value in effect during the window."""
+
+SUGGESTION_FIELDS: tuple[str, ...] = (
+    "suggestion",
+    *SUGGESTED_PROPERTIES.values(),
+    "suggested_p_loss",
+    "suggested_gamma",
+    "suggestion_meets_target",
+)
+"""The configuration suggestion: in words, the new value per property, and what the model predicts."""
+
+LIVE_COMPARISON_FIELDS: tuple[str, ...] = (*PREDICTION_FIELDS, *GAMMA_FIELDS, *SUGGESTION_FIELDS)
+"""What the live comparison (``spark_streaming.predict``) fills for final windows; null before, for
+provisional windows, and in results written before the fields existed."""
+
+SUMMARY_NUMBERS: tuple[str, ...] = (
+    "sent",
+    "unique",
+    "completeness",
+    "loss_rate",
+    "duplicate_rate",
+    "unaudited_producers",
+    "packet_loss_pct_est",
+    "delay_ms_est",
+    *PREDICTION_FIELDS,
+    *GAMMA_FIELDS,
+)
+"""The numbers an alert quotes about its window (measured, estimated, predicted)."""
+
+
+def _check_groups() -> None:
+    """Fail at import if a group names a field the schema lacks (a renamed or removed field)."""
+    known = set(FIELDS)
+    groups = (KEY_FIELDS, CONFIG_FIELDS, NETWORK_FIELDS, ESTIMATE_FIELDS, LIVE_COMPARISON_FIELDS)
+    unknown = sorted({f for g in (*groups, SUMMARY_NUMBERS, CURRENT_PROPERTIES.values()) for f in g} - known)
+    if unknown:
+        raise RuntimeError(f"window_result groups name fields missing from {SCHEMA}.avsc: {unknown}")
+
+
+_check_groups()
+
+
+def key(row: Mapping[str, Any]) -> str:
+    """Kafka key of a window result: ``topic|window_start_ms|tier`` (a compacted topic keeps the newest)."""
+    return f"{row['topic']}|{row['window_start_ms']}|{row['tier']}"
+
+
+def blank(**values: Any) -> dict[str, Any]:
+    """Return a result row with every field None except ``values``.
+
+    Raises:
+        KeyError: if ``values`` names a field the schema lacks.
+    """
+    unknown = set(values) - set(SPARK_TYPES)
+    if unknown:
+        raise KeyError(f"not window-result fields: {sorted(unknown)}")
+    return {name: values.get(name) for name in FIELDS}
+
+
+def only_fields(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the window-result fields of ``row`` (missing ones None), in schema order, nothing else."""
+    return {name: row.get(name) for name in FIELDS}
+
+
+def suggestion_fields(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the ``suggested_*`` field values of a change ``{property: new value}``.
+
+    Args:
+        changes: e.g. ``{"batch.num.messages": 8, "producers": 2}`` (keys of
+            :data:`SUGGESTED_PROPERTIES`; ``acks`` as 0/1 or librdkafka's text).
+
+    Returns:
+        Every ``suggested_<property>`` field: the new value (acks as text ``"0"``/``"1"``, counts and
+        ms as int, the polling interval as float) or None where the property is unchanged.
+
+    Raises:
+        KeyError: for a property outside :data:`SUGGESTED_PROPERTIES`.
+    """
+    unknown = set(changes) - set(SUGGESTED_PROPERTIES)
+    if unknown:
+        raise KeyError(
+            f"not a suggested property: {sorted(unknown)} (allowed: {sorted(SUGGESTED_PROPERTIES)})"
+        )
+    out: dict[str, Any] = dict.fromkeys(SUGGESTED_PROPERTIES.values())
+    for prop, value in changes.items():
+        if prop == "acks":
+            out[SUGGESTED_PROPERTIES[prop]] = (
+                str(int(value)) if isinstance(value, int | float) else str(value)
+            )
+        elif prop == "poll_interval_ms":
+            out[SUGGESTED_PROPERTIES[prop]] = float(value)
+        else:
+            out[SUGGESTED_PROPERTIES[prop]] = int(value)
+    return out
+
+
+def suggested_changes(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the suggestion of a result row as ``{property: new value}`` (``{}`` when there is none).
+
+    The inverse of :func:`suggestion_fields`: librdkafka property names (``acks``,
+    ``batch.num.messages``, ``message.timeout.ms``) and the hints ``poll_interval_ms`` (ms) and
+    ``producers`` (count), ready to configure a producer with.
+    """
+    out: dict[str, Any] = {}
+    for prop, name in SUGGESTED_PROPERTIES.items():
+        value = row.get(name)
+        if value is not None and value == value:  # NaN (pandas' missing float) is no suggestion
+            out[prop] = value
+    return out
+
+
+def current_properties(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the value in effect during the window of every property a suggestion may change."""
+    return {prop: row.get(name) for prop, name in CURRENT_PROPERTIES.items()}

@@ -1,0 +1,54 @@
+"""config_error: one ConfigError from a pydantic ValidationError, naming each bad key and what is allowed."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from kafka_plumbing.errors import ConfigError, config_error
+
+
+class _Nested(BaseModel):
+    mode: Literal["fast", "safe"] = "safe"
+
+
+class _Settings(BaseModel):
+    window_ms: int = Field(1000, gt=0)
+    nested: _Nested = _Nested()
+    low: int = 0
+    high: int = 1
+
+    @model_validator(mode="after")
+    def _ordered(self) -> _Settings:
+        if self.low > self.high:
+            raise ValueError("low must not exceed high")
+        return self
+
+
+def _error(**values: object) -> ValidationError:
+    with pytest.raises(ValidationError) as info:
+        _Settings(**values)  # type: ignore[arg-type]
+    return info.value
+
+
+def test_each_key_is_named_with_pydantics_message():
+    err = config_error(_error(window_ms=0, nested={"mode": "quick"}), "invalid test settings")
+    assert isinstance(err, ConfigError)
+    assert str(err) == (
+        "invalid test settings: window_ms: Input should be greater than 0; "
+        "nested.mode: Input should be 'fast' or 'safe'"
+    )
+
+
+def test_a_model_level_error_has_no_key_and_the_naming_is_the_callers():
+    assert str(config_error(_error(low=2), "bad")) == "bad: low must not exceed high"  # no "Value error, "
+    named = config_error(_error(window_ms=-1), "bad", lambda loc: f"X_{'_'.join(map(str, loc)).upper()}")
+    assert str(named) == "bad: X_WINDOW_MS: Input should be greater than 0"
+    whole = config_error(_error(low=2), "bad", lambda loc: ".".join(map(str, loc)) or "settings")
+    assert str(whole) == "bad: settings: low must not exceed high"
+
+
+def test_the_input_value_is_not_in_the_message():
+    assert "hunter2" not in str(config_error(_error(window_ms="hunter2"), "bad"))
