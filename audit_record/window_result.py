@@ -107,7 +107,15 @@ SUGGESTION_FIELDS: tuple[str, ...] = (
 )
 """The configuration suggestion: in words, the new value per property, and what the model predicts."""
 
-LIVE_COMPARISON_FIELDS: tuple[str, ...] = (*PREDICTION_FIELDS, *GAMMA_FIELDS, *SUGGESTION_FIELDS)
+MODEL_FIELDS: tuple[str, ...] = ("model_version", "model_calibrated")
+"""Which predictor model made the prediction, and whether it was calibrated for this deployment then."""
+
+LIVE_COMPARISON_FIELDS: tuple[str, ...] = (
+    *MODEL_FIELDS,
+    *PREDICTION_FIELDS,
+    *GAMMA_FIELDS,
+    *SUGGESTION_FIELDS,
+)
 """What the live comparison (``spark_streaming.predict``) fills for final windows; null before, for
 provisional windows, and in results written before the fields existed."""
 
@@ -129,7 +137,14 @@ SUMMARY_NUMBERS: tuple[str, ...] = (
 def _check_groups() -> None:
     """Fail at import if a group names a field the schema lacks (a renamed or removed field)."""
     known = set(FIELDS)
-    groups = (KEY_FIELDS, CONFIG_FIELDS, NETWORK_FIELDS, ESTIMATE_FIELDS, LIVE_COMPARISON_FIELDS)
+    groups = (
+        KEY_FIELDS,
+        CONFIG_FIELDS,
+        NETWORK_FIELDS,
+        ESTIMATE_FIELDS,
+        LIVE_COMPARISON_FIELDS,
+        ("producer_configs",),
+    )
     unknown = sorted({f for g in (*groups, SUMMARY_NUMBERS, CURRENT_PROPERTIES.values()) for f in g} - known)
     if unknown:
         raise RuntimeError(f"window_result groups name fields missing from {SCHEMA}.avsc: {unknown}")

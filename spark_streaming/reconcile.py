@@ -105,6 +105,7 @@ def reconcile(
     sent = sum(s["sent"] for s in producers)
     main = max(producers, key=lambda s: s["sent"], default=None)
     config = snapshot_config(main or {})
+    configs = {tuple(snapshot_config(s).values()) for s in producers if s.get("config")}
     networks = [(s, n) for s in producers if (n := _network(s)) is not None]
     rtts = [n["rtt_avg_ms"] for _, n in networks if n.get("rtt_avg_ms") is not None]
     # L estimate: the producers' TCP retransmission ratios, weighted by what each sent (state written
@@ -147,6 +148,7 @@ def reconcile(
                 latency_p99_ms=max(p99) if p99 else None,
                 latency_max_ms=max(lmax) if lmax else None,
                 **config,
+                producer_configs=len(configs),
                 rtt_avg_ms=sum(rtts) / len(rtts) if rtts else None,
                 delay_ms_est=sum(rtts) / len(rtts) / 2 if rtts else None,
                 packet_loss_pct_est=(
