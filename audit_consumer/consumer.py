@@ -1,6 +1,6 @@
 """The audit consumer: reads every message of the monitored topics and counts what the cluster holds.
 
-Exactly once across crashes (DESIGN.md, invariant 4): the emitted snapshots, the dead letters, the
+Exactly once across crashes (docs/DESIGN.md, invariant 4): the emitted snapshots, the dead letters, the
 per-partition state (sequence sets and counters, in a compacted state topic) and the input offsets are
 committed in one Kafka transaction (``send_offsets_to_transaction``, KIP-447 group fencing). On start
 (and on every partition assignment) the state is read back with ``isolation.level=read_committed``, so
@@ -29,13 +29,12 @@ from confluent_kafka import (
 )
 
 from audit_consumer import counts
-from audit_consumer.counts import PartitionCounts, fold_latencies, unique_of
+from audit_consumer.counts import PartitionCounts, count_batch, fold_latencies, unique_of
 from audit_consumer.latency import percentile
 from audit_consumer.settings import AuditConsumerSettings
 from audit_consumer.state import decode_state, encode_state, state_key
 from audit_consumer.watchdog import TransactionHungError, call_with_deadline
 from audit_record import AuditRecord, DeadLetter, cluster_tier, encode, now_ms
-from audit_record.stamp import STAMP_HEADER, MalformedStampError, producer_id_text
 from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.security import client_config
 from kafka_plumbing.topics import (
@@ -96,15 +95,6 @@ class ConsumerStats:
     transactions: int = 0
     snapshots: int = 0
     aborted: int = 0
-
-
-def _stamp_of(headers: list[tuple[str, bytes]] | None) -> bytes | None:
-    if not headers:
-        return None
-    for k, v in headers:
-        if k == STAMP_HEADER:
-            return v if v is not None else b""
-    return None
 
 
 class AuditConsumer:
@@ -252,92 +242,21 @@ class AuditConsumer:
 
     # ------------------------------------------------------------------ counting (hot path)
     def _process(self, msgs: list[Message]) -> None:
-        now = time.time_ns() // 1_000_000
-        wm = self.s.window_ms
-        parts = self._parts
-        valid = self._valid_pids
-        last_key: tuple[str, int] | None = None
-        st: PartitionCounts | None = None
-        first_open = 0
-        buckets: dict[tuple[int, bytes | None], list] = {}
-        max_ts = -1
-        n = 0
-        for m in msgs:
-            if m.error() is not None:
-                self._on_error(m)
-                continue
-            topic, part = m.topic(), m.partition()
-            if last_key is None or last_key[1] != part or last_key[0] != topic:
-                if st is not None:
-                    st.watermark_ms = max(st.watermark_ms, max_ts)
-                last_key = (topic, part)
-                st = parts.get(last_key)
-                if st is None:  # not assigned any more (rebalance inside this batch)
-                    continue
-                self._in_txn or self._begin()
-                self._at_end.discard(last_key)
-                st.dirty = True
-                first_open = st.first_open_start_ms
-                buckets = st.open
-                max_ts = st.watermark_ms
-            elif st is None:
-                continue
-            st.next_offset = m.offset() + 1
-            ts_type, ts = m.timestamp()
-            if ts_type == 0:  # TIMESTAMP_NOT_AVAILABLE
-                self._dead_letter(m, "no_timestamp", "message has no timestamp")
-                continue
-            hdrs = m.headers()
-            stamp = hdrs[0][1] if hdrs and hdrs[0][0] == STAMP_HEADER else _stamp_of(hdrs)
-            if stamp is None:
-                pid = None
-                seq = 0
-            else:
-                pid = stamp[:-8]
-                seq = int.from_bytes(stamp[-8:], "big")
-                ok = valid.get(pid)
-                if ok is None:
-                    ok = self._check_pid(pid, stamp)
-                if not ok or len(stamp) <= 8 or seq >= 1 << 63:
-                    self._dead_letter(
-                        m, "bad_stamp", f"audit stamp header of {len(stamp)} bytes is malformed"
-                    )
-                    continue
-            n += 1
-            if ts > max_ts:
-                max_ts = ts
-            start = ts - ts % wm
-            if start < first_open:
-                st.observe(ts, pid, seq, 0, 0)  # late: counted on the closed window's counters
-                continue
-            b = buckets.get((start, pid))
-            if b is None:
-                b = buckets[(start, pid)] = counts.new_bucket()
-            b[0] += 1  # RECEIVED
-            v = m.value()
-            if v is not None:
-                b[2] += len(v)  # BYTES
-            b[6].append(now - ts)  # LATS
-            b[4] = 1  # DIRTY
-            if pid is not None:
-                seqs = b[5]  # SEQS
-                if seq in seqs:
-                    b[1] += 1  # DUPLICATED
-                else:
-                    seqs.add(seq)
-        if st is not None:
-            st.watermark_ms = max(st.watermark_ms, max_ts)
-        self.stats.messages += n
+        self.stats.messages += count_batch(
+            msgs,
+            self._parts,
+            time.time_ns() // 1_000_000,
+            self._valid_pids,
+            self._enter_partition,
+            self._on_error,
+            self._dead_letter,
+        )
 
-    def _check_pid(self, pid: bytes, stamp: bytes) -> bool:
-        try:
-            producer_id_text(pid)
-            ok = len(stamp) > 8
-        except MalformedStampError:
-            ok = False
-        if ok and len(self._valid_pids) < 100_000:
-            self._valid_pids[pid] = True
-        return ok
+    def _enter_partition(self, key: tuple[str, int]) -> None:
+        """Begin the transaction before counting a partition's messages; it is no longer at its end."""
+        if not self._in_txn:
+            self._begin()
+        self._at_end.discard(key)
 
     def _on_error(self, m: Message) -> None:
         err = m.error()

@@ -8,15 +8,32 @@ are kept, for ``late_retention_ms``, to count late messages.
 
 The watermark is the largest CreateTime seen in the partition; while the consumer is caught up
 (partition EOF) it also follows the wall clock, so an idle partition's windows close too.
+
+:meth:`PartitionCounts.observe` is the reference rule for counting one message; :func:`count_batch` is
+the consumer's hot path, which inlines it (and stamp decoding, and the window start) for speed with the
+shared constants of :mod:`audit_record.stamp` and the bucket layout below. A property test checks that
+the two agree on random input.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyroaring import BitMap64
 
 from audit_consumer import latency
+from audit_record.stamp import (
+    SEQUENCE_BYTEORDER,
+    SEQUENCE_BYTES,
+    SEQUENCE_LIMIT,
+    STAMP_HEADER,
+    MalformedStampError,
+    producer_id_text,
+    stamp_of,
+)
+from audit_record.windows import window_start
 
 # Bucket layout (a list: this is the per-message hot path).
 RECEIVED, DUPLICATED, BYTES, LATE, DIRTY, SEQS, LATS, HIST, STALE, LAT_MAX, UNIQUE = range(11)
@@ -56,12 +73,12 @@ class PartitionCounts:
     def first_open_start_ms(self) -> int:
         """Smallest window start that is still open; messages of earlier windows are late."""
         h = self.closed_horizon_ms
-        return h - h % self.window_ms if h >= 0 else -1
+        return window_start(h, self.window_ms) if h >= 0 else -1
 
     def observe(
         self, timestamp_ms: int, producer_id: bytes | None, sequence: int, size: int, latency_ms: int
     ) -> None:
-        """Count one message (the audit consumer inlines this loop; this is the reference version).
+        """Count one message: the reference version of the loop :func:`count_batch` inlines.
 
         Args:
             timestamp_ms: CreateTime, ms since epoch UTC.
@@ -70,7 +87,7 @@ class PartitionCounts:
             size: Value bytes.
             latency_ms: Consume time minus CreateTime, ms.
         """
-        start = timestamp_ms - timestamp_ms % self.window_ms
+        start = window_start(timestamp_ms, self.window_ms)
         self.dirty = True
         if timestamp_ms > self.watermark_ms:
             self.watermark_ms = timestamp_ms
@@ -151,3 +168,126 @@ def fold_latencies(bucket: list, stale_after_ms: int | None) -> None:
     if stale_after_ms is not None:
         bucket[STALE] += sum(1 for x in lats if x > stale_after_ms)
     bucket[LATS] = []
+
+
+VALID_PID_CACHE_SIZE = 100_000
+"""At most this many valid producer ids are remembered by :func:`count_batch` (then it re-validates)."""
+
+
+def check_pid(valid_pids: dict[bytes, bool], pid: bytes) -> bool:
+    """Return whether ``pid`` is a valid producer id (:func:`audit_record.stamp.producer_id_text`).
+
+    Valid ids are remembered in ``valid_pids`` (up to :data:`VALID_PID_CACHE_SIZE`), so the hot path
+    validates each id once; invalid ones are never remembered.
+    """
+    try:
+        producer_id_text(pid)
+    except MalformedStampError:
+        return False
+    if len(valid_pids) < VALID_PID_CACHE_SIZE:
+        valid_pids[pid] = True
+    return True
+
+
+def count_batch(
+    msgs: Iterable[Any],
+    parts: Mapping[tuple[str, int], PartitionCounts],
+    now_ms: int,
+    valid_pids: dict[bytes, bool],
+    on_partition: Callable[[tuple[str, int]], object],
+    on_error: Callable[[Any], object],
+    dead_letter: Callable[[Any, str, str], object],
+) -> int:
+    """Count a batch of consumed messages into their partitions' state: the audit consumer's hot path.
+
+    Per message it does what :func:`audit_record.stamp.decode` and :meth:`PartitionCounts.observe` define
+    (the stamp's producer id and sequence, the window ``ts - ts % window_ms``, counters and duplicate
+    detection), inlined, with the shared constants bound to locals. Late messages go through ``observe``.
+
+    Args:
+        msgs: Consumed messages (``confluent_kafka.Message`` or anything with its methods ``error``,
+            ``topic``, ``partition``, ``offset``, ``timestamp``, ``headers``, ``value``).
+        parts: State of each assigned ``(topic, partition)``; messages of other partitions are skipped.
+        now_ms: Consume time, ms since epoch UTC (latency = ``now_ms`` - CreateTime).
+        valid_pids: Producer ids known to be valid (see :func:`check_pid`); updated.
+        on_partition: Called with ``(topic, partition)`` before the first message of each run of an
+            assigned partition is counted (the consumer begins its transaction there).
+        on_error: Called with each message whose ``error()`` is set (EOF included); may raise.
+        dead_letter: Called as ``dead_letter(message, reason, detail)`` for a message that cannot be
+            counted: reason ``no_timestamp`` or ``bad_stamp`` (a stamp that ``decode`` rejects).
+
+    Returns:
+        Messages counted (late ones included; errors, dead letters and skipped messages excluded).
+    """
+    header, nbytes, order, limit = STAMP_HEADER, SEQUENCE_BYTES, SEQUENCE_BYTEORDER, SEQUENCE_LIMIT
+    cut = -nbytes  # the stamp is producer_id || sequence (SEQUENCE_BYTES bytes)
+    valid = valid_pids
+    received, duplicated, size, dirty, seqs_at, lats_at = RECEIVED, DUPLICATED, BYTES, DIRTY, SEQS, LATS
+    last_key: tuple[str, int] | None = None
+    st: PartitionCounts | None = None
+    wm = 1
+    first_open = 0
+    buckets: dict[tuple[int, bytes | None], list] = {}
+    max_ts = -1
+    n = 0
+    for m in msgs:
+        if m.error() is not None:
+            on_error(m)
+            continue
+        topic, part = m.topic(), m.partition()
+        if last_key is None or last_key[1] != part or last_key[0] != topic:
+            if st is not None:
+                st.watermark_ms = max(st.watermark_ms, max_ts)
+            last_key = (topic, part)
+            st = parts.get(last_key)
+            if st is None:  # not assigned any more (rebalance inside this batch)
+                continue
+            on_partition(last_key)
+            st.dirty = True
+            wm = st.window_ms
+            first_open = st.first_open_start_ms
+            buckets = st.open
+            max_ts = st.watermark_ms
+        elif st is None:
+            continue
+        st.next_offset = m.offset() + 1
+        ts_type, ts = m.timestamp()
+        if ts_type == 0:  # TIMESTAMP_NOT_AVAILABLE
+            dead_letter(m, "no_timestamp", "message has no timestamp")
+            continue
+        hdrs = m.headers()
+        stamp = (hdrs[0][1] or b"") if hdrs and hdrs[0][0] == header else stamp_of(hdrs)
+        if stamp is None:
+            pid = None
+            seq = 0
+        else:
+            pid = stamp[:cut]
+            seq = int.from_bytes(stamp[cut:], order)
+            if len(stamp) <= nbytes or seq >= limit or not (valid.get(pid) or check_pid(valid, pid)):
+                dead_letter(m, "bad_stamp", f"audit stamp header of {len(stamp)} bytes is malformed")
+                continue
+        n += 1
+        if ts > max_ts:
+            max_ts = ts
+        start = ts - ts % wm
+        if start < first_open:
+            st.observe(ts, pid, seq, 0, 0)  # late: counted on the closed window's counters
+            continue
+        b = buckets.get((start, pid))
+        if b is None:
+            b = buckets[(start, pid)] = new_bucket()
+        b[received] += 1
+        v = m.value()
+        if v is not None:
+            b[size] += len(v)
+        b[lats_at].append(now_ms - ts)
+        b[dirty] = 1
+        if pid is not None:
+            seqs = b[seqs_at]
+            if seq in seqs:
+                b[duplicated] += 1
+            else:
+                seqs.add(seq)
+    if st is not None:
+        st.watermark_ms = max(st.watermark_ms, max_ts)
+    return n

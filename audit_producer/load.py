@@ -60,11 +60,19 @@ def run_load(
 
     Raises:
         ValueError: if neither ``duration_s`` nor ``count`` is given.
+        KafkaAuthenticationError, KafkaTlsError, KafkaConnectionError, TopicError: before the first
+            message, from :meth:`AuditedProducer.check` (bad credentials or certificate, no broker, the
+            audit topic cannot be created).
     """
     if duration_s is None and count is None:
         raise ValueError("give duration_s or count")
     pool = message_pool(profile, seed=seed, message_bytes=message_bytes)
     producer = AuditedProducer(config, audit)
+    try:
+        producer.check()  # fail fast, before the clock starts
+    except BaseException:
+        producer.close()
+        raise
     values = itertools.cycle(pool)
     sent = 0
     t0 = time.monotonic()

@@ -9,11 +9,18 @@ all its messages have delivery reports). A crash loses at most one snapshot inte
 
 Snapshots go through a second, internal producer with ``acks=all`` and idempotence, so the audit
 trail does not inherit an unreliable data configuration (``acks=0``) under test.
+
+The constructor does no network I/O (librdkafka connects in its own threads, as for any producer). The
+audit topic is checked (created if missing) by :meth:`AuditedProducer.check`: call it after
+construction to fail fast on bad credentials or an unreachable cluster; otherwise the first produce
+starts it in a background thread, and snapshots are held back (never lost: they are cumulative) until it
+has succeeded. quix-streams' producer defers its topic checks the same way.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from time import time_ns as _time_ns
 from typing import Any
@@ -24,8 +31,14 @@ from audit_producer.librdkafka_config import reliability_config
 from audit_producer.network_stats import TcpRetransmitMeter, parse_statistics
 from audit_producer.settings import ProducerAuditSettings
 from audit_record import PRODUCER_TIER, AuditRecord, NetworkStats, encode, now_ms
-from audit_record.stamp import STAMP_HEADER, encode_prefix, new_producer_id
-from kafka_plumbing.errors import ConfigError, KafkaAuditError
+from audit_record.stamp import (
+    SEQUENCE_BYTEORDER,
+    SEQUENCE_BYTES,
+    STAMP_HEADER,
+    encode_prefix,
+    new_producer_id,
+)
+from kafka_plumbing.errors import ConfigError
 from kafka_plumbing.security import client_config
 from kafka_plumbing.topics import AUDIT_TOPIC_CONFIG, connection_config, ensure_topic
 
@@ -34,6 +47,8 @@ log = logging.getLogger(__name__)
 # Indices into the per-window count list (a list, not an object: this is the per-message hot path).
 _SENT, _ACKED, _FAILED, _BYTES, _FIRST_SEQ, _LAST_SEQ, _LAST_PRODUCE_MS, _DIRTY = range(8)
 _SETTLE_MARGIN_MS = 2_000
+_CHECK_POLL_MS = 100  # while the audit topic check runs, look for its result this often, ms
+_CHECK_RETRY_MS = 5_000  # after a failed background check, start the next one this much later, ms
 _CALLBACK_KEYS = ("on_delivery", "delivery.report.cb", "dr_cb", "dr_msg_cb")
 
 
@@ -43,6 +58,11 @@ class AuditedProducer:
     Same constructor config and methods as ``confluent_kafka.Producer`` (``produce``, ``poll``,
     ``flush``, ``len()``, and the rest by delegation); call :meth:`close` (or use ``with``) at the end so
     the last windows' final snapshots are sent. Like the wrapped producer, use it from one thread.
+
+    Constructing it does no network I/O. Call :meth:`check` next to learn at once whether the cluster
+    accepts the credentials and the audit topic is there (``kafka-audit produce`` and ``up`` do); if you
+    do not, the first :meth:`produce` starts that check in the background, and its error, if any, is
+    raised by the next :meth:`poll`, :meth:`flush` or :meth:`close`.
 
     Args:
         config: librdkafka producer config; copied, never mutated.
@@ -75,7 +95,7 @@ class AuditedProducer:
         cfg.setdefault("statistics.interval.ms", 5_000)
         self._producer = Producer(cfg)
 
-        conn = connection_config(cfg)
+        conn = self._conn = connection_config(cfg)
         self._audit_producer = Producer(
             {
                 **conn,
@@ -86,12 +106,12 @@ class AuditedProducer:
                 "message.timeout.ms": 120_000,
             }
         )
-        try:  # also fails fast on bad credentials (KafkaAuthenticationError)
-            ensure_topic(conn, self.settings.audit_topic, partitions=3, topic_config=AUDIT_TOPIC_CONFIG)
-        except KafkaAuditError:
-            self._audit_producer.close()
-            self._producer.close()
-            raise
+        # The audit topic check (network I/O) happens in check(), not here.
+        self._checked = False
+        self._check_lock = threading.Lock()
+        self._check_thread: threading.Thread | None = None
+        self._check_error: BaseException | None = None
+        self._check_retry_ms = 0
 
         self._prefix = encode_prefix(self.producer_id)
         self._seq = 0
@@ -135,12 +155,13 @@ class AuditedProducer:
         now = _time_ns() // 1_000_000
         ts = timestamp or now
         seq = self._seq + 1
+        stamp = self._prefix + seq.to_bytes(SEQUENCE_BYTES, SEQUENCE_BYTEORDER)  # audit_record.stamp.encode
         if headers is None:
-            hdrs: list[tuple[str, Any]] = [(STAMP_HEADER, self._prefix + seq.to_bytes(8, "big"))]
+            hdrs: list[tuple[str, Any]] = [(STAMP_HEADER, stamp)]
         elif isinstance(headers, dict):
-            hdrs = [(STAMP_HEADER, self._prefix + seq.to_bytes(8, "big")), *headers.items()]
+            hdrs = [(STAMP_HEADER, stamp), *headers.items()]
         else:
-            hdrs = [(STAMP_HEADER, self._prefix + seq.to_bytes(8, "big")), *headers]
+            hdrs = [(STAMP_HEADER, stamp), *headers]
         if callback is None:
             self._produce(topic, value, key, partition, timestamp=ts, headers=hdrs, **kwargs)
         elif self._errors_only:
@@ -157,7 +178,7 @@ class AuditedProducer:
                 **kwargs,
             )
         self._seq = seq
-        start = ts - ts % self._window_ms
+        start = ts - ts % self._window_ms  # audit_record.windows.window_start, inlined
         if start == self._last_start and topic == self._last_topic:
             w = self._last_window
         else:
@@ -180,8 +201,15 @@ class AuditedProducer:
         return self._seq
 
     def poll(self, timeout: float = 0) -> int:
-        """Serve delivery reports and statistics (``confluent_kafka.Producer.poll``); may emit snapshots."""
+        """Serve delivery reports and statistics (``confluent_kafka.Producer.poll``); may emit snapshots.
+
+        Raises:
+            KafkaAuditError: the error of a failed background audit topic check (see :meth:`check`),
+                once; the check is tried again later.
+        """
         served = self._producer.poll(timeout)
+        if self._check_error is not None:
+            self._raise_check_error()
         now = now_ms()
         if now >= self._next_tick_ms:
             self._tick(now)
@@ -192,10 +220,50 @@ class AuditedProducer:
 
         Returns:
             Messages still queued (0 unless the timeout passed).
+
+        Unless ``timeout`` is 0, it also waits (at most ``timeout`` s more) for the background audit topic
+        check, so that the due snapshots are handed to the audit producer on return.
+
+        Raises:
+            KafkaAuditError: the error of a failed background audit topic check, as :meth:`poll`.
         """
         left = self._producer.flush(timeout) if timeout >= 0 else self._producer.flush()
+        if timeout != 0 and self._windows and not self._checked:
+            self._start_check(now_ms())
+            if self._check_thread is not None:
+                self._check_thread.join(None if timeout < 0 else timeout)
+        if self._check_error is not None:
+            self._raise_check_error()
         self._tick(now_ms())
         return left
+
+    def check(self, timeout_s: float = 30.0) -> None:
+        """Check the cluster and the audit topic now: create the topic if missing (network I/O).
+
+        Idempotent: once it has succeeded it returns at once. Thread-safe; if the background check that
+        the first :meth:`produce` starts is running, this waits for it.
+
+        Args:
+            timeout_s: Deadline of each admin request, s.
+
+        Raises:
+            KafkaAuthenticationError: if the broker rejects the SASL credentials.
+            KafkaTlsError: if the TLS handshake fails (certificate not trusted).
+            KafkaConnectionError: if no broker answers within ``timeout_s``.
+            TopicError: if the audit topic is missing and cannot be created.
+        """
+        with self._check_lock:
+            if self._checked:
+                return
+            ensure_topic(
+                self._conn,
+                self.settings.audit_topic,
+                partitions=3,
+                topic_config=AUDIT_TOPIC_CONFIG,
+                timeout_s=timeout_s,
+            )
+            self._checked = True
+            self._check_error = None
 
     def __len__(self) -> int:
         return len(self._producer)
@@ -212,17 +280,30 @@ class AuditedProducer:
     def close(self, timeout_s: float = 30.0) -> None:
         """Flush data, then send final snapshots of every window and flush the audit producer.
 
-        Windows still open are closed as final: this producer sends nothing more. Idempotent.
+        Windows still open are closed as final: this producer sends nothing more. Idempotent. The clients
+        are closed even if it raises.
+
+        Args:
+            timeout_s: Deadline of each flush (and of the audit topic check if it has not run yet), s.
+
+        Raises:
+            KafkaAuditError: as :meth:`check`, if windows were counted but the audit topic check has not
+                succeeded yet and fails now (their final snapshots cannot be sent).
         """
         if self._closed:
             return
-        self._producer.flush(timeout_s)
-        self._producer.poll(0)
-        self._tick(now_ms(), close_all=True)
-        self._audit_producer.flush(timeout_s)
-        self._audit_producer.close()
-        self._producer.close()
-        self._closed = True
+        try:
+            self._producer.flush(timeout_s)
+            self._producer.poll(0)
+            if self._windows and not self._checked:
+                self._check_error = None
+                self.check(timeout_s)  # the final snapshots need the audit topic
+            self._tick(now_ms(), close_all=True)
+            self._audit_producer.flush(timeout_s)
+        finally:
+            self._audit_producer.close()
+            self._producer.close()
+            self._closed = True
 
     # ------------------------------------------------------------------ delivery reports and stats
     def _count_report(self, err: KafkaError | None, msg: Message) -> None:
@@ -249,6 +330,30 @@ class AuditedProducer:
         if self._user_stats_cb is not None:
             self._user_stats_cb(stats_json)
 
+    # ------------------------------------------------------------------ the audit topic check
+    def _start_check(self, now: int) -> None:
+        """Start :meth:`check` in a background thread unless one runs, failed unreported, or failed lately."""
+        running = self._check_thread is not None and self._check_thread.is_alive()
+        if running or self._check_error is not None or now < self._check_retry_ms:
+            return
+        self._check_thread = threading.Thread(
+            target=self._background_check, name=f"{self.client_id}.audit-topic-check", daemon=True
+        )
+        self._check_thread.start()
+
+    def _background_check(self) -> None:
+        try:
+            self.check()
+        except Exception as exc:  # handed to the caller's thread by poll/flush
+            self._check_retry_ms = now_ms() + _CHECK_RETRY_MS
+            self._check_error = exc
+            log.warning("audit topic %r not ready: %s", self.settings.audit_topic, exc)
+
+    def _raise_check_error(self) -> None:
+        exc, self._check_error = self._check_error, None
+        if exc is not None:
+            raise exc
+
     # ------------------------------------------------------------------ snapshots
     def _settled(self, w: list[int], now: int, queue_empty: bool) -> bool:
         if not self._errors_only:
@@ -261,6 +366,11 @@ class AuditedProducer:
         """Emit snapshots of changed windows; close windows past end + grace whose messages are settled."""
         self._next_tick_ms = now + self.settings.snapshot_interval_ms
         self._producer.poll(0)
+        if not self._checked:  # no snapshot before the audit topic is known to be there
+            if self._windows and not close_all:  # close() checks itself, synchronously
+                self._start_check(now)
+            self._next_tick_ms = now + min(_CHECK_POLL_MS, self.settings.snapshot_interval_ms)
+            return
         queue_empty = len(self._producer) == 0
         for (topic, start), w in list(self._windows.items()):
             end = start + self._window_ms

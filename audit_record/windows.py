@@ -2,7 +2,7 @@
 
 A message belongs to the window of its CreateTime, aligned to the epoch
 (``window_start_ms = ts - ts % window_ms``), so producers and audit consumers agree on windows without
-talking to each other (DESIGN.md, invariant 1).
+talking to each other (docs/DESIGN.md, invariant 1).
 """
 
 from __future__ import annotations
@@ -13,6 +13,11 @@ DEFAULT_WINDOW_MS = 60_000
 
 def window_start(timestamp_ms: int, window_ms: int = DEFAULT_WINDOW_MS) -> int:
     """Return the start (ms since epoch UTC, inclusive) of the window holding ``timestamp_ms``.
+
+    The definition of a window. The per-message hot paths (``AuditedProducer.produce`` and its delivery
+    reports, :func:`audit_consumer.counts.count_batch`, :func:`testbed.verify.tally`) inline
+    ``ts - ts % window_ms`` instead of calling it; a property test checks that each agrees with it on
+    random timestamps (negative ones included) and window lengths.
 
     Args:
         timestamp_ms: Message timestamp (CreateTime), ms since the Unix epoch UTC.

@@ -69,6 +69,7 @@ def bench_audited_producer(conf: dict, topic: str, n: int, mode: str, audit_topi
     p = AuditedProducer(
         {**conf, "linger.ms": 5}, ProducerAuditSettings(delivery_reports=mode, audit_topic=audit_topic)
     )
+    p.check()  # the audit topic check, outside the measurement
     rate = produce_all(p, topic, n)
     p.close()
     return rate

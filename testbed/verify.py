@@ -3,20 +3,22 @@
 The paper's method (Sec. V-A): compare the unique keys found with what was sent. Here a key is the
 audit stamp ``(producer id, sequence)``; a message belongs to the window of its own CreateTime. The
 number sent per (window, producer) comes from the producers' final snapshots in the audit topic
-(cross-checked against the sequence range they report). This code shares nothing with the audit
-consumer's counting path on purpose: it is what every measurement is checked against.
+(cross-checked against the sequence range they report). This code shares only the definitions of
+:mod:`audit_record.stamp` (the stamp, decoded by the reference :func:`~audit_record.stamp.decode`) with the
+audit consumer, never its counting code, on purpose: it is what every measurement is checked against.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from audit_record import PRODUCER_TIER
 from audit_record.reader import SnapshotTable, read_audit_log
-from audit_record.stamp import STAMP_HEADER
 from audit_record.stamp import decode as decode_stamp
+from audit_record.stamp import stamp_of
 from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.topics import TopicError, read_to_end
 from spark_streaming.rates import duplicate_rate, loss_rate
@@ -95,8 +97,6 @@ def verify_topic(
     Raises:
         VerifyError: if the topic does not exist or cannot be read to its end in time.
     """
-    rows: dict[tuple[int, str | None], WindowTruth] = {}
-    result = Verification(topic, window_ms, rows)
     messages = read_to_end(
         config,
         topic,
@@ -106,31 +106,10 @@ def verify_topic(
         batch_size=5000,
     )
     try:
-        for m in messages:
-            result.messages += 1
-            ts = m.timestamp()[1]
-            start = ts - ts % window_ms
-            stamp = next((v for k, v in (m.headers() or []) if k == STAMP_HEADER), None)
-            pid: str | None = None
-            seq = -1
-            if stamp is not None:
-                try:
-                    pid_bytes, seq = decode_stamp(stamp)
-                    pid = pid_bytes.decode()
-                except ValueError:
-                    result.malformed_stamps += 1
-                    continue
-            row = rows.get((start, pid))
-            if row is None:
-                row = rows[(start, pid)] = WindowTruth(topic, start, pid)
-            row.received += 1
-            if pid is not None:
-                row.sequences.add(seq)
+        result = tally(messages, topic, window_ms)
     except TopicError as exc:
         raise VerifyError(str(exc)) from exc
-    for row in rows.values():
-        row.unique = len(row.sequences) if row.producer_id is not None else 0
-        row.duplicated = row.received - row.unique if row.producer_id is not None else 0
+    rows = result.rows
     log = read_audit_log(config, audit_topic)
     result.audit_log = log
     for rec in log.tier(PRODUCER_TIER):
@@ -150,6 +129,52 @@ def verify_topic(
                 "audit topic holds it back). "
                 "Wait until the producers' windows are final and verify again."
             )
+    return result
+
+
+def tally(messages: Iterable[Any], topic: str, window_ms: int) -> Verification:
+    """Count messages per (window, producer id): received, unique and duplicated (``sent`` stays 0).
+
+    The verifier's per-message loop. A message belongs to the window of its CreateTime
+    (``ts - ts % window_ms``, inlined :func:`audit_record.windows.window_start`); its identity is its stamp
+    (:func:`audit_record.stamp.stamp_of`, :func:`audit_record.stamp.decode`). A message without a stamp
+    is unaudited (producer id None); one whose stamp does not decode counts in ``malformed_stamps`` only.
+
+    Args:
+        messages: ``confluent_kafka.Message`` objects (or anything with ``timestamp`` and ``headers``).
+        topic: Their topic (for the rows).
+        window_ms: Window length, ms.
+
+    Raises:
+        ValueError: if ``window_ms`` is not positive.
+    """
+    if window_ms <= 0:
+        raise ValueError(f"window_ms must be > 0, got {window_ms}")
+    rows: dict[tuple[int, str | None], WindowTruth] = {}
+    result = Verification(topic, window_ms, rows)
+    for m in messages:
+        result.messages += 1
+        ts = m.timestamp()[1]
+        start = ts - ts % window_ms
+        stamp = stamp_of(m.headers())
+        pid: str | None = None
+        seq = -1
+        if stamp is not None:
+            try:
+                pid_bytes, seq = decode_stamp(stamp)
+                pid = pid_bytes.decode()
+            except ValueError:
+                result.malformed_stamps += 1
+                continue
+        row = rows.get((start, pid))
+        if row is None:
+            row = rows[(start, pid)] = WindowTruth(topic, start, pid)
+        row.received += 1
+        if pid is not None:
+            row.sequences.add(seq)
+    for row in rows.values():
+        row.unique = len(row.sequences) if row.producer_id is not None else 0
+        row.duplicated = row.received - row.unique if row.producer_id is not None else 0
     return result
 
 

@@ -1,0 +1,491 @@
+"""Property tests: every hot path that inlines a shared rule agrees with the rule's reference function.
+
+The references are :func:`audit_record.stamp.encode` / :func:`~audit_record.stamp.decode` /
+:func:`~audit_record.stamp.stamp_of`, :func:`audit_record.windows.window_start` and
+:meth:`audit_consumer.counts.PartitionCounts.observe`. The code under test is the very code the hot
+paths run: ``AuditedProducer.produce`` and its delivery-report counting (with fake librdkafka clients),
+:func:`audit_consumer.counts.count_batch` (the audit consumer's loop) and :func:`testbed.verify.tally`
+(the verifier's loop), fed random timestamps (negative and int64 edges included), window lengths,
+producer ids, sequences (with duplicates) and malformed stamps.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any
+from unittest import mock
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import audit_producer.producer as producer_module
+from audit_consumer import counts
+from audit_consumer.counts import PartitionCounts, count_batch
+from audit_producer import AuditedProducer, ProducerAuditSettings
+from audit_record import window_bounds, window_start
+from audit_record.stamp import (
+    SEQUENCE_BYTES,
+    SEQUENCE_LIMIT,
+    STAMP_HEADER,
+    MalformedStampError,
+    encode,
+    encode_prefix,
+    stamp_of,
+)
+from audit_record.stamp import decode as decode_stamp
+from testbed.verify import tally
+
+PROPERTY = settings(
+    max_examples=100,
+    deadline=None,
+    database=None,  # no .hypothesis directory in the working tree
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+# ---------------------------------------------------------------------------------------------- inputs
+producer_ids = st.from_regex(r"\A[A-Za-z0-9._:@-]{1,40}\Z")
+bad_producer_ids = st.one_of(
+    st.just(""),
+    st.text(min_size=1, max_size=10).filter(
+        lambda s: any(not (c.isascii() and (c.isalnum() or c in "._:@-")) for c in s)
+    ),
+)
+window_lengths = st.one_of(
+    st.integers(1, 10**7), st.sampled_from([1, 2, 1_000, 5_000, 60_000, 86_400_000, 1 << 40])
+)
+
+
+@st.composite
+def timestamps(draw: st.DrawFn, window_ms: int) -> int:
+    """CreateTimes: anywhere in int64, near zero (both signs) and next to window boundaries."""
+    near = draw(st.integers(-3, 3)) * window_ms + draw(st.sampled_from([-1, 0, 1]))
+    return draw(
+        st.one_of(
+            st.integers(INT64_MIN, INT64_MAX),
+            st.integers(-(10**6), 10**6),
+            st.just(near),
+            st.sampled_from([INT64_MIN, INT64_MAX, -1, 0, 1, 1_700_000_000_000]),
+        )
+    )
+
+
+@st.composite
+def stamp_headers(draw: st.DrawFn, pids: list[str]) -> list[tuple[str, Any]] | None:
+    """A message's headers: none, a valid stamp (first or later), or a malformed one."""
+    kind = draw(st.sampled_from(["none", "empty", "valid", "valid_later", "malformed", "other"]))
+    other = [("x-other", draw(st.binary(max_size=4)))]
+    if kind == "none":
+        return None
+    if kind == "empty":
+        return []
+    if kind == "other":
+        return other
+    if kind in ("valid", "valid_later"):
+        value = encode(draw(st.sampled_from(pids)), draw(st.integers(0, 6)))  # small range: duplicates
+        return [(STAMP_HEADER, value), *other] if kind == "valid" else [*other, (STAMP_HEADER, value)]
+    bad = draw(
+        st.one_of(
+            st.none(),
+            st.binary(max_size=SEQUENCE_BYTES + 3),
+            st.builds(  # a valid id with a sequence >= 2**63
+                lambda pid, seq: pid.encode() + seq.to_bytes(SEQUENCE_BYTES, "big"),
+                st.sampled_from(pids),
+                st.just(SEQUENCE_LIMIT) | st.integers(SEQUENCE_LIMIT, (1 << 64) - 1),
+            ),
+            st.builds(  # an id that is not UTF-8 or has characters outside the allowed set
+                lambda pid, seq: pid + seq.to_bytes(SEQUENCE_BYTES, "big"),
+                st.sampled_from([b"\xff\xfe", b"bad id!", b"a/b", "\u00e9".encode()]),
+                st.integers(0, 6),
+            ),
+        )
+    )
+    return [(STAMP_HEADER, bad), *other] if draw(st.booleans()) else [*other, (STAMP_HEADER, bad)]
+
+
+def reference_stamp(headers: list[tuple[str, Any]] | None) -> tuple[bool, bytes | None, int]:
+    """``(ok, producer_id, sequence)`` by the definitions, written plainly: first stamp header, decode()."""
+    values = [v for k, v in headers or [] if k == STAMP_HEADER]
+    if not values:
+        return True, None, 0
+    try:
+        pid, seq = decode_stamp(values[0])
+    except MalformedStampError:
+        return False, None, 0
+    return True, pid, seq
+
+
+# ---------------------------------------------------------------------------------------------- stamp
+@PROPERTY
+@given(producer_ids, st.integers(0, (1 << 64) - 1))
+def test_decode_inverts_encode_below_the_sequence_limit(pid: str, seq: int) -> None:
+    assert encode(pid, seq) == encode_prefix(pid) + seq.to_bytes(SEQUENCE_BYTES, "big")
+    if seq < SEQUENCE_LIMIT:
+        assert decode_stamp(encode(pid, seq)) == (pid.encode(), seq)
+    else:
+        try:
+            decode_stamp(encode(pid, seq))
+        except MalformedStampError:
+            pass
+        else:
+            raise AssertionError("a sequence >= 2**63 must not decode")
+
+
+@PROPERTY
+@given(bad_producer_ids)
+def test_invalid_producer_ids_are_rejected(pid: str) -> None:
+    for make in (lambda: encode(pid, 1), lambda: encode_prefix(pid)):
+        try:
+            make()
+        except MalformedStampError:
+            continue
+        raise AssertionError(f"{pid!r} accepted")
+
+
+@PROPERTY
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([STAMP_HEADER, "a", "kafka-audit"]), st.none() | st.binary(max_size=3))
+    )
+)
+def test_stamp_of_is_the_first_stamp_header(headers: list[tuple[str, bytes | None]]) -> None:
+    values = [v for k, v in headers if k == STAMP_HEADER]
+    expected = None if not values else (values[0] if values[0] is not None else b"")
+    assert stamp_of(headers) == expected
+    assert stamp_of(None) is None
+
+
+@PROPERTY
+@given(window_lengths, st.data())
+def test_window_bounds_hold_the_timestamp(window_ms: int, data: st.DataObject) -> None:
+    ts = data.draw(timestamps(window_ms))
+    start, end = window_bounds(ts, window_ms)
+    assert start == window_start(ts, window_ms) and start <= ts < end == start + window_ms
+    assert start % window_ms == 0
+
+
+# ---------------------------------------------------------------------------------------------- producer
+class FakeProducer:
+    """Records what the audited producer hands to librdkafka; never connects."""
+
+    def __init__(self) -> None:
+        self.produced: list[dict[str, Any]] = []
+        self.closed = False
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1, **kw: Any) -> None:
+        self.produced.append({"topic": topic, "value": value, "key": key, **kw})
+
+    def poll(self, timeout: float = 0) -> int:
+        return 0
+
+    def flush(self, timeout: float = -1) -> int:
+        return 0
+
+    def __len__(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class Report:
+    """The two methods of a delivered ``confluent_kafka.Message`` the producer's report counting uses."""
+
+    topic_: str
+    ts: int
+
+    def topic(self) -> str:
+        return self.topic_
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self.ts)
+
+
+def audited(
+    audit: ProducerAuditSettings, client_id: str = "rdkafka"
+) -> tuple[AuditedProducer, FakeProducer, FakeProducer]:
+    """An AuditedProducer whose librdkafka clients are fakes (the real ones are closed at once)."""
+    p = AuditedProducer({"bootstrap.servers": "127.0.0.1:9", "log_level": 0, "client.id": client_id}, audit)
+    p._producer.close()
+    p._audit_producer.close()
+    data, snapshots = FakeProducer(), FakeProducer()
+    p._producer, p._produce, p._audit_producer = data, data.produce, snapshots
+    return p, data, snapshots
+
+
+produce_calls = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b"]),
+        st.one_of(st.just(0), st.integers(INT64_MIN, INT64_MAX), st.integers(-(10**5), 10**5)),
+        st.none() | st.binary(max_size=5),
+        st.sampled_from(["none", "list", "dict"]),
+        st.none() | st.booleans(),  # delivery report: None = none, True = error, False = delivered
+    ),
+    max_size=40,
+)
+
+
+@PROPERTY
+@given(window_lengths, produce_calls, st.text(max_size=20), st.integers(0, SEQUENCE_LIMIT - 100))
+def test_producer_stamps_windows_and_counts_agree_with_the_reference(
+    window_ms: int, calls: list, client_id: str, first_seq: int
+) -> None:
+    audit = ProducerAuditSettings(window_ms=window_ms, snapshot_interval_ms=10**9, grace_ms=10**9)
+    gate = threading.Event()  # the background audit topic check runs until the end: no snapshot ticks
+    with mock.patch.object(
+        producer_module, "ensure_topic", side_effect=lambda *a, **k: gate.wait(10)
+    ) as ensure:
+        p, data, snapshots = audited(audit, client_id)
+        p._seq = first_seq - 1  # as if first_seq - 1 messages had been produced before
+        for topic, ts, value, hdr_kind, _ in calls:
+            headers = {"none": None, "list": [("h", b"1")], "dict": {"h": b"1"}}[hdr_kind]
+            p.produce(topic, value, timestamp=ts, headers=headers)
+        assert p.last_sequence == first_seq - 1 + len(calls)
+        sent: Counter[tuple[str, int]] = Counter()
+        size: Counter[tuple[str, int]] = Counter()
+        seqs: dict[tuple[str, int], list[int]] = defaultdict(list)
+        for seq, ((topic, ts, value, hdr_kind, _), rec) in enumerate(
+            zip(calls, data.produced, strict=True), first_seq
+        ):
+            assert rec["headers"][0] == (STAMP_HEADER, encode(p.producer_id, seq))
+            assert decode_stamp(rec["headers"][0][1]) == (p.producer_id.encode(), seq)
+            assert rec["headers"][1:] == ([] if hdr_kind == "none" else [("h", b"1")])
+            if ts:
+                assert rec["timestamp"] == ts
+            key = (topic, window_start(rec["timestamp"], window_ms))
+            sent[key] += 1
+            size[key] += len(value) if value is not None else 0
+            seqs[key].append(seq)
+        windows = p._windows
+        assert set(windows) == set(sent)
+        for key, w in windows.items():
+            assert (w[0], w[3], w[4], w[5]) == (sent[key], size[key], min(seqs[key]), max(seqs[key]))
+
+        acked: Counter[tuple[str, int]] = Counter()
+        failed: Counter[tuple[str, int]] = Counter()
+        for (topic, _, _, _, report), rec in zip(calls, data.produced, strict=True):
+            if report is None:
+                continue
+            p._on_delivery(object() if report else None, Report(topic, rec["timestamp"]))
+            key = (topic, window_start(rec["timestamp"], window_ms))
+            (failed if report else acked)[key] += 1
+        for key, w in windows.items():
+            assert (w[1], w[2]) == (acked[key], failed[key])
+        assert snapshots.produced == []  # none before the audit topic check has succeeded
+        gate.set()
+        if p._check_thread is not None:
+            p._check_thread.join(10)
+        assert ensure.call_count == (1 if calls else 0)
+        p._windows.clear()  # nothing to send on close
+        p.close(timeout_s=0)
+    assert data.closed and snapshots.closed
+
+
+# ---------------------------------------------------------------------------------------------- consumer
+class Err:
+    """A consumed error event (EOF or a broker error)."""
+
+
+@dataclass
+class Msg:
+    """The methods of a consumed ``confluent_kafka.Message`` that the counting loops use."""
+
+    topic_: str
+    partition_: int
+    offset_: int
+    ts: int
+    ts_type: int = 1
+    headers_: list[tuple[str, Any]] | None = None
+    value_: bytes | None = None
+    error_: Err | None = None
+
+    def error(self) -> Err | None:
+        return self.error_
+
+    def topic(self) -> str:
+        return self.topic_
+
+    def partition(self) -> int:
+        return self.partition_
+
+    def offset(self) -> int:
+        return self.offset_
+
+    def timestamp(self) -> tuple[int, int]:
+        return (self.ts_type, self.ts)
+
+    def headers(self) -> list[tuple[str, Any]] | None:
+        return self.headers_
+
+    def value(self) -> bytes | None:
+        return self.value_
+
+
+@st.composite
+def consumed(draw: st.DrawFn, window_ms: int, non_negative: bool = False, clean: bool = False) -> list[Msg]:
+    """A consumed batch over partitions t/0, t/1 and u/0 (unassigned), with errors, duplicates, bad stamps."""
+    pids = draw(st.lists(producer_ids, min_size=1, max_size=3, unique=True))
+    out = []
+    for offset in range(draw(st.integers(0, 40))):
+        topic, part = draw(
+            st.sampled_from([("t", 0), ("t", 1), ("u", 0)] if not clean else [("t", 0), ("t", 1)])
+        )
+        ts = draw(timestamps(window_ms))
+        if non_negative:
+            ts = abs(ts) % (1 << 63)
+        headers = draw(stamp_headers(pids))
+        if clean and headers is not None and not reference_stamp(headers)[0]:
+            headers = None
+        m = Msg(topic, part, offset, ts, headers_=headers, value_=draw(st.none() | st.binary(max_size=4)))
+        if not clean and draw(st.integers(0, 19)) == 0:
+            m.ts_type = 0
+        if not clean and draw(st.integers(0, 19)) == 0:
+            m.error_ = Err()
+        out.append(m)
+    return out
+
+
+def bucket_view(b: list) -> tuple:
+    seqs = b[counts.SEQS]
+    return (*b[: counts.SEQS], None if seqs is None else sorted(seqs), *b[counts.SEQS + 1 :])
+
+
+def state_view(pc: PartitionCounts) -> tuple:
+    return (
+        pc.next_offset,
+        pc.watermark_ms,
+        pc.closed_horizon_ms,
+        pc.dirty,
+        {k: bucket_view(b) for k, b in pc.open.items()},
+        {k: bucket_view(b) for k, b in pc.closed.items()},
+    )
+
+
+def fresh_parts(window_ms: int, grace_ms: int) -> dict[tuple[str, int], PartitionCounts]:
+    return {("t", p): PartitionCounts("t", p, window_ms, grace_ms) for p in (0, 1)}
+
+
+def reference_batch(msgs: list[Msg], parts: dict, now: int) -> tuple[int, list, list]:
+    """The consumer's loop written with the reference functions, one message at a time."""
+    n, dead, errors = 0, [], []
+    for m in msgs:
+        if m.error() is not None:
+            errors.append(m.offset())
+            continue
+        pc = parts.get((m.topic(), m.partition()))
+        if pc is None:
+            continue
+        pc.dirty = True
+        pc.next_offset = m.offset() + 1
+        ts_type, ts = m.timestamp()
+        if ts_type == 0:
+            dead.append((m.offset(), "no_timestamp"))
+            continue
+        ok, pid, seq = reference_stamp(m.headers())
+        if not ok:
+            dead.append((m.offset(), "bad_stamp"))
+            continue
+        value = m.value()
+        pc.observe(ts, pid, seq, len(value) if value is not None else 0, now - ts)
+        n += 1
+    return n, dead, errors
+
+
+def run_count_batch(msgs: list[Msg], parts: dict, now: int, valid: dict) -> tuple[int, list, list]:
+    dead: list[tuple[int, str]] = []
+    errors: list[int] = []
+    entered: list[tuple[str, int]] = []
+    n = count_batch(
+        msgs,
+        parts,
+        now,
+        valid,
+        entered.append,
+        lambda m: errors.append(m.offset()),
+        lambda m, reason, detail: dead.append((m.offset(), reason)),
+    )
+    assert set(entered) <= set(parts)
+    return n, dead, errors
+
+
+@PROPERTY
+@given(window_lengths, st.integers(0, 5_000), st.data())
+def test_consumer_loop_agrees_with_decode_window_start_and_observe(
+    window_ms: int, grace_ms: int, data: st.DataObject
+) -> None:
+    now = data.draw(st.integers(-(10**6), 1 << 62))
+    fast, ref = fresh_parts(window_ms, grace_ms), fresh_parts(window_ms, grace_ms)
+    valid: dict[bytes, bool] = {}
+    for _ in range(data.draw(st.integers(1, 3))):
+        msgs = data.draw(consumed(window_ms))
+        assert run_count_batch(msgs, fast, now, valid) == reference_batch(msgs, ref, now)
+        assert {k: state_view(v) for k, v in fast.items()} == {k: state_view(v) for k, v in ref.items()}
+        assert all(ok and reference_stamp([(STAMP_HEADER, pid + bytes(8))])[0] for pid, ok in valid.items())
+        if data.draw(st.booleans()):  # close windows: later messages of them are late
+            caught_up = data.draw(st.none() | st.integers(-(10**6), 1 << 62))
+            for key in fast:
+                closed_fast = [(s, p, bucket_view(b)) for s, p, b in fast[key].advance(caught_up, 10_000)]
+                closed_ref = [(s, p, bucket_view(b)) for s, p, b in ref[key].advance(caught_up, 10_000)]
+                assert closed_fast == closed_ref
+            assert {k: state_view(v) for k, v in fast.items()} == {k: state_view(v) for k, v in ref.items()}
+
+
+@PROPERTY
+@given(window_lengths, st.data())
+def test_consumer_counts_and_duplicates_match_a_simple_count(window_ms: int, data: st.DataObject) -> None:
+    msgs = data.draw(consumed(window_ms, non_negative=True, clean=True))
+    parts = fresh_parts(window_ms, 0)
+    n, dead, errors = run_count_batch(msgs, parts, 1 << 62, {})
+    assert (n, dead, errors) == (len(msgs), [], [])
+    received: Counter[tuple] = Counter()
+    size: Counter[tuple] = Counter()
+    sequences: dict[tuple, list[int]] = defaultdict(list)
+    for m in msgs:
+        _, pid, seq = reference_stamp(m.headers())
+        key = (m.partition(), window_start(m.ts, window_ms), pid)
+        received[key] += 1
+        size[key] += len(m.value_ or b"")
+        if pid is not None:
+            sequences[key].append(seq)
+    got = {(p, start, pid): b for (_, p), pc in parts.items() for (start, pid), b in pc.open.items()}
+    assert set(got) == set(received)
+    for key, b in got.items():
+        unique = len(set(sequences[key])) if key[2] is not None else 0
+        assert b[counts.RECEIVED] == received[key]
+        assert counts.unique_of(key[2], b) == unique
+        assert b[counts.DUPLICATED] == (received[key] - unique if key[2] is not None else 0)
+        assert b[counts.BYTES] == size[key]
+        assert b[counts.LATE] == 0
+
+
+# ---------------------------------------------------------------------------------------------- verifier
+@PROPERTY
+@given(window_lengths, st.data())
+def test_verifier_loop_agrees_with_decode_and_window_start(window_ms: int, data: st.DataObject) -> None:
+    msgs = data.draw(consumed(window_ms))
+    v = tally(msgs, "t", window_ms)
+    received: Counter[tuple] = Counter()
+    sequences: dict[tuple, set[int]] = defaultdict(set)
+    malformed = 0
+    for m in msgs:
+        ok, pid, seq = reference_stamp(m.headers())
+        if not ok:
+            malformed += 1
+            continue
+        key = (window_start(m.ts, window_ms), pid.decode() if pid is not None else None)
+        received[key] += 1
+        if pid is not None:
+            sequences[key].add(seq)
+    assert (v.messages, v.malformed_stamps) == (len(msgs), malformed)
+    assert set(v.rows) == set(received)
+    for key, row in v.rows.items():
+        unique = len(sequences[key]) if key[1] is not None else 0
+        assert (row.window_start_ms, row.producer_id) == key
+        assert (row.received, row.unique, row.duplicated) == (
+            received[key],
+            unique,
+            received[key] - unique if key[1] is not None else 0,
+        )
