@@ -9,7 +9,7 @@ dispatch (at most ``max_pending`` per sink; beyond that the oldest are dropped a
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from alerts.event import AlertEvent
 from alerts.exceptions import AlertSinkError
@@ -99,7 +99,9 @@ class Dispatcher:
                 continue
             self._pending[name] = self._bounded(name, _unique([*events, *self._pending[name]]))
 
-    def dispatch(self, events: Sequence[AlertEvent], now_ms: int) -> dict[str, bool]:
+    def dispatch(
+        self, events: Sequence[AlertEvent], now_ms: int, sinks: Collection[str] | None = None
+    ) -> dict[str, bool]:
         """Send queued and new ``events`` to every sink; never raises for a sink failure.
 
         Called on every evaluation, also with no events (retries and Alertmanager re-posts).
@@ -107,12 +109,16 @@ class Dispatcher:
         Args:
             events: New events, oldest first.
             now_ms: Wall clock, ms since the epoch.
+            sinks: Names of the only sinks to call (None: all), e.g. ``("kafka",)`` for model decision
+                events (:mod:`alerts.model_events`); the others are not called and keep their queues.
 
         Returns:
-            ``{sink name: True if everything queued for it is delivered}``.
+            ``{sink name: True if everything queued for it is delivered}`` for the sinks called.
         """
         ok: dict[str, bool] = {}
         for sink in self.sinks:
+            if sinks is not None and sink.name not in sinks:
+                continue
             batch = _unique([*self._pending[sink.name], *events])
             try:
                 sink.send(batch, now_ms)

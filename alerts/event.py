@@ -3,6 +3,10 @@
 Field for field the Avro record ``alert.avsc``. Alert names and labels are the cross-team contract's
 (``docs/DESIGN.md``, "Alert events"): labels ``alertname, topic, tier, severity``; annotations ``summary,
 description, suggestion, window_start``.
+
+The alerts topic also carries the predictor's champion / challenger decisions as events of the same
+record (:mod:`alerts.model_events`): alertname :data:`MODEL_PROMOTED` or :data:`MODEL_REJECTED`,
+severity ``info``, resolved at once; they go to the alerts topic only, never to Alertmanager.
 """
 
 from __future__ import annotations
@@ -15,6 +19,10 @@ from enum import StrEnum
 from typing import Any, Literal
 
 Severity = Literal["warning", "critical"]
+"""Severity of an alert rule (settings, Alertmanager)."""
+EventSeverity = Literal["info", "warning", "critical"]
+"""Severity of an event: a rule's, or ``info`` for a model decision (:data:`MODEL_EVENT_NAMES`)."""
+SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
 
 COMPLETENESS_BELOW_TARGET = "KafkaAuditCompletenessBelowTarget"
 GAMMA_BELOW_TARGET = "KafkaAuditGammaBelowTarget"
@@ -31,6 +39,12 @@ ALERT_NAMES: tuple[str, ...] = (
     AUDIT_LAG,
     UNAUDITED_PRODUCERS,
 )
+
+MODEL_PROMOTED = "KafkaAuditModelPromoted"
+"""A retrained challenger replaced the champion model (``alerts.model_events``); never a rule."""
+MODEL_REJECTED = "KafkaAuditModelRejected"
+"""A retrained challenger was rejected, the champion keeps serving; never a rule."""
+MODEL_EVENT_NAMES: tuple[str, ...] = (MODEL_PROMOTED, MODEL_REJECTED)
 
 
 class AlertStatus(StrEnum):
@@ -56,10 +70,11 @@ class AlertEvent:
     """One firing or resolved event; immutable.
 
     Attributes:
-        alertname: One of :data:`ALERT_NAMES` (or :data:`TEST_ALERT`).
-        topic: Audited Kafka topic.
-        tier: Cluster tier of the window result (``cluster:<name>``).
-        severity: ``warning`` or ``critical``.
+        alertname: One of :data:`ALERT_NAMES` (or :data:`TEST_ALERT`, or :data:`MODEL_EVENT_NAMES`).
+        topic: Audited Kafka topic (``""`` for a model decision: it concerns every topic).
+        tier: Cluster tier of the window result (``cluster:<name>``); ``model:<challenger version>`` for a
+            model decision.
+        severity: ``warning`` or ``critical``; ``info`` for a model decision.
         status: :class:`AlertStatus`.
         starts_at_ms: When this episode started firing, ms since the Unix epoch (UTC).
         ends_at_ms: When it resolved (resolved events only), ms.
@@ -75,7 +90,7 @@ class AlertEvent:
     alertname: str
     topic: str
     tier: str
-    severity: Severity
+    severity: EventSeverity
     status: AlertStatus
     starts_at_ms: int
     event_at_ms: int
@@ -151,8 +166,8 @@ class AlertEvent:
             TypeError: missing or unknown fields.
         """
         data = {k: v for k, v in data.items() if k != "fingerprint"}
-        if data.get("severity") not in ("warning", "critical"):
-            raise ValueError(f"severity {data.get('severity')!r}: allowed 'warning', 'critical'")
+        if data.get("severity") not in SEVERITIES:
+            raise ValueError(f"severity {data.get('severity')!r}: allowed {', '.join(map(repr, SEVERITIES))}")
         data["status"] = AlertStatus(data["status"])
         data["numbers"] = dict(data.get("numbers") or {})
         return cls(**data)

@@ -11,6 +11,10 @@ With a ``state_path`` the engine's state and the undelivered events survive a re
 them and sends the still-firing alerts once more on its first evaluation (Alertmanager needs them
 re-posted to keep them active; the alerts topic and webhooks see a re-sent event, which their readers
 deduplicate by ``event_id``).
+
+The predictor's champion / challenger decisions become events too (:meth:`AlertPipeline.on_decision`,
+a ``job.decision_listeners`` entry): one ``info`` event per decision, sent to the alerts topic only
+(:mod:`alerts.model_events`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from alerts.dispatch import Dispatcher, sinks_from_settings
 from alerts.engine import AlertEngine
 from alerts.event import AlertEvent
 from alerts.metrics import AlertMetrics
+from alerts.model_events import decision_event
 from alerts.settings import AlertSettings
 from alerts.sinks.base import AlertSink
 from alerts.state_file import AlertStateFile
@@ -35,6 +40,9 @@ if TYPE_CHECKING:
     from spark_streaming.job import ReconciliationJob
 
 log = logging.getLogger(__name__)
+
+MODEL_EVENT_SINKS: tuple[str, ...] = ("kafka",)
+"""Sinks that receive model decision events: the alerts topic only (they never fire, so no pager)."""
 
 
 class AlertPipeline:
@@ -104,12 +112,48 @@ class AlertPipeline:
         self.metrics.update_firing(self.engine.firing())
         resend, self._resend = self._resend, []
         self.dispatcher.dispatch([*resend, *events], now)
+        self._save()
+        return events
+
+    def _save(self) -> None:
         if self.state_file is not None:
             try:
                 self.state_file.save(self.engine.to_state(), self.dispatcher.pending_events())
             except OSError as exc:  # alerting goes on; a restart would then resume from an older state
                 log.error("alert state not saved to %s: %s", self.state_file.path, exc)
-        return events
+
+    def publish_decision(self, decision: Mapping[str, Any], now_ms: int | None = None) -> AlertEvent:
+        """Send one predictor decision (``Decision.to_json()``) to the alerts topic as an ``info`` event.
+
+        Only the sinks of :data:`MODEL_EVENT_SINKS` are called; a failed delivery stays in that sink's
+        retry queue (saved with the state) and is retried on the next evaluation. The event is counted in
+        ``kafka_audit_alert_events_total{alertname,status}``.
+
+        Args:
+            decision: See :func:`alerts.model_events.decision_event`.
+            now_ms: Wall clock of the dispatch, ms since the epoch (default: now).
+
+        Returns:
+            The event sent.
+        """
+        url = str(self.settings.generator_url) if self.settings.generator_url else None
+        event = decision_event(decision, generator_url=url)
+        self.metrics.count_events([event])
+        log.info("model decision event: %s", event.summary)
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        self.dispatcher.dispatch([event], now, sinks=MODEL_EVENT_SINKS)
+        self._save()
+        return event
+
+    def on_decision(self, decision: dict[str, Any]) -> None:
+        """``ReconciliationJob.decision_listeners`` entry: one new model decision, on the driver.
+
+        Never raises: a failure is logged (with its traceback) and must not stop the audit job.
+        """
+        try:
+            self.publish_decision(decision)
+        except Exception:  # the decision is recorded in the registry already; its event is best effort
+            log.exception("model decision event for %r failed", decision.get("challenger_version"))
 
     def on_batch(self, batch_id: int, results: list[dict[str, Any]]) -> None:
         """``spark_streaming.job.ReconciliationJob`` listener: ``(batch_id, result rows)`` on the driver.
@@ -135,10 +179,11 @@ def attach_to_job(job: ReconciliationJob, settings: AlertSettings) -> AlertPipel
 
     The alerts topic goes to the job's cluster, with the job's security settings, unless
     ``settings.bootstrap_servers`` names another; ``settings.grace_ms`` defaults to the job's grace, and
-    the job's gamma target (topics without their own) to ``settings.gamma_target`` when the job has
-    none. The pipeline's state (firing alerts, judged windows, undelivered events) lives in the job's
-    checkpoint directory (:data:`ALERT_STATE_FILE`), so it resumes with the query; ``job.stop()``
-    closes the sinks.
+    the job's gamma target (topics without their own) to ``settings.gamma_target`` when the job names
+    none and the alert settings name one. The pipeline's state (firing alerts, judged windows,
+    undelivered events) lives in the job's checkpoint directory (:data:`ALERT_STATE_FILE`), so it
+    resumes with the query; ``job.stop()`` closes the sinks. The predictor's model decisions
+    (``job.decision_listeners``) become events of the alerts topic (:meth:`AlertPipeline.on_decision`).
 
     Returns:
         The pipeline, registered as a listener on the job's metrics registry.
@@ -147,7 +192,7 @@ def attach_to_job(job: ReconciliationJob, settings: AlertSettings) -> AlertPipel
 
     if "grace_ms" not in settings.model_fields_set:
         settings = settings.model_copy(update={"grace_ms": job.s.grace_ms})
-    if job.s.gamma_target is None:
+    if job.s.gamma_target is None and settings.gamma_target is not None:
         job.gamma_target = settings.gamma_target
     sinks: list[AlertSink] = sinks_from_settings(settings)
     if not settings.bootstrap_servers:  # alerts topic on the audited cluster, with the job's security
@@ -167,5 +212,6 @@ def attach_to_job(job: ReconciliationJob, settings: AlertSettings) -> AlertPipel
         state_path=job.s.checkpoint_dir / ALERT_STATE_FILE,
     )
     job.listeners.append(pipeline.on_batch)
+    job.decision_listeners.append(pipeline.on_decision)
     job.closers.append(pipeline.close)
     return pipeline

@@ -239,20 +239,36 @@ class GammaRule(WindowRule):
 class DriftRule(WindowRule):
     """KafkaAuditPredictionDrift: actual R_l outside the predicted 90% interval [p_loss_lo, p_loss_hi].
 
-    ``for_count`` is k, the number of consecutive final windows. ``tolerance`` widens the interval on
-    both sides (fraction of messages).
+    ``for_count`` is k, the number of consecutive judged final windows. ``tolerance`` widens the interval
+    on both sides (fraction of messages).
+
+    Only windows whose ``model_calibrated`` is True are judged: the model that predicted them had a
+    recent live MAE(P_l) on this deployment below the job's calibration threshold
+    (``KAFKA_AUDIT_SPARK_CALIBRATION_MAX_MAE``), so R_l leaving the interval means the network or the
+    producers' configuration changed, not that the model never fitted this deployment. A window of a
+    model still calibrating (False), or written before the field existed (None), is unknown: it neither
+    fires nor counts towards k, neither resolves nor breaks a streak (:mod:`alerts.state`), so a firing
+    drift alert stays firing through a calibrating period (e.g. after a promotion) and resolves on the
+    first ``keep_firing_count`` calibrated windows inside the interval.
     """
 
     tolerance: float = 0.0
 
     def evaluate(self, result: Mapping[str, Any], firing: bool) -> Observation:
-        """Bad if loss_rate < p_loss_lo - tolerance or > p_loss_hi + tolerance; unknown if any is missing."""
+        """Bad if loss_rate < p_loss_lo - tolerance or > p_loss_hi + tolerance.
+
+        Unknown if any of them is missing or the window's ``model_calibrated`` is not True.
+        """
+        if result.get("model_calibrated") is not True:
+            return Observation(bad=None)
         loss, lo, hi = (_num(result, k) for k in ("loss_rate", "p_loss_lo", "p_loss_hi"))
         if loss is None or lo is None or hi is None:
             return Observation(bad=None)
         below, above = loss < lo - self.tolerance, loss > hi + self.tolerance
         where = "above" if above else "below" if below else "inside"
         p = _num(result, "p_loss")
+        version = result.get("model_version")
+        model = f" of model {version} (calibrated)" if version else ""
         return _window_obs(
             result,
             bad=below or above,
@@ -265,8 +281,8 @@ class DriftRule(WindowRule):
             description=(
                 f"{_where(result)}: measured R_l {loss:.2%}, predicted P_l "
                 + (f"{p:.2%} " if p is not None else "")
-                + f"[{lo:.2%}, {hi:.2%}]; the model or its inputs (L, D, configuration) no longer match "
-                f"after {self.for_count} window(s) in a row."
+                + f"[{lo:.2%}, {hi:.2%}]{model}, {self.for_count} window(s) in a row: the network (L, D) "
+                "or the producers' configuration changed since the model fitted them."
             ),
         )
 
@@ -276,7 +292,7 @@ class DriftRule(WindowRule):
         return RuleInfo(
             self.alertname,
             self.severity,
-            "R_l outside [p_loss_lo, p_loss_hi]",
+            "R_l outside [p_loss_lo, p_loss_hi], model calibrated",
             f"tolerance {self.tolerance:.4f}",
             fire,
             resolve,

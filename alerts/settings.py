@@ -41,7 +41,8 @@ class AlertSettings(BaseSettings):
         gamma_for_windows, gamma_keep_firing_windows, gamma_severity: As above, for
             KafkaAuditGammaBelowTarget.
         drift_windows: k: final windows in a row whose actual R_l lies outside the predicted 90% interval
-            [p_loss_lo, p_loss_hi] before KafkaAuditPredictionDrift fires.
+            [p_loss_lo, p_loss_hi] before KafkaAuditPredictionDrift fires. Only windows whose
+            ``model_calibrated`` is True count (the model fits this deployment); the others are unknown.
         drift_tolerance: Slack added on both sides of the interval (fraction of messages).
         drift_keep_firing_windows, drift_severity: As above, for KafkaAuditPredictionDrift.
         grace_ms: The reconciliation job's grace (``KAFKA_AUDIT_SPARK_GRACE_MS``), ms.

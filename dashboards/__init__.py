@@ -1,7 +1,8 @@
 """Grafana dashboards and Prometheus rules as code, and the static HTML report.
 
-* :mod:`dashboards.completeness`, :mod:`dashboards.producers`: the "Kafka completeness" and "Producer
-  reliability" dashboards (grafana-foundation-sdk builders over the Spark job's Prometheus metrics).
+* :mod:`dashboards.completeness`, :mod:`dashboards.producers`, :mod:`dashboards.model`: the "Kafka
+  completeness", "Producer reliability" and "Predictor model" dashboards (grafana-foundation-sdk
+  builders over the Spark job's Prometheus metrics).
 * :mod:`dashboards.build`: Grafana JSON + provisioning files (``kafka-audit dashboards build``).
 * :mod:`dashboards.push`: upload with grafana-client (``kafka-audit dashboards push``).
 * ``prometheus-rules.yml`` (+ ``prometheus-rules.test.yml`` for ``promtool test rules``): the alerts of

@@ -7,9 +7,14 @@ modules read as a list of panels. Panels query the Prometheus exporter of the Sp
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from grafana_foundation_sdk.builders.dashboard import DatasourceVariable, QueryVariable, ThresholdsConfig
+from grafana_foundation_sdk.builders.dashboard import (
+    AnnotationQuery,
+    DatasourceVariable,
+    QueryVariable,
+    ThresholdsConfig,
+)
 from grafana_foundation_sdk.builders.prometheus import Dataquery
 from grafana_foundation_sdk.builders.stat import Panel as StatPanel
 from grafana_foundation_sdk.builders.table import Panel as TablePanel
@@ -30,6 +35,26 @@ DATASOURCE_VAR = "datasource"
 #: Every panel and variable uses the data source picked in the ``$datasource`` variable.
 PROMETHEUS = DataSourceRef(type_val="prometheus", uid=f"${{{DATASOURCE_VAR}}}")
 _REF_IDS = "ABCDEFGHIJ"
+
+FIRING_ALERTS = "Firing alerts"
+MODEL_PROMOTIONS = "Model promotions"
+MODEL_REJECTIONS = "Model rejections"
+#: Fields of a Prometheus annotation the SDK's annotation model lacks, by annotation name
+#: (``dashboards.build.dashboard_json`` adds them): title and text (``{{label}}`` templates), the labels
+#: that become tags. Grafana marks every step where the expression is > 0.
+ANNOTATION_FORMATS: dict[str, dict[str, Any]] = {
+    FIRING_ALERTS: {"titleFormat": "{{alertname}}", "tagKeys": "topic,tier,severity"},
+    MODEL_PROMOTIONS: {
+        "titleFormat": "model {{model_version}} promoted",
+        "textFormat": "A retrained challenger beat the champion; {{model_version}} serves from here on.",
+        "tagKeys": "model_version",
+    },
+    MODEL_REJECTIONS: {
+        "titleFormat": "challenger rejected, {{model_version}} keeps serving",
+        "textFormat": "A retrained challenger did not beat the champion {{model_version}}.",
+        "tagKeys": "model_version",
+    },
+}
 
 
 def datasource_variable() -> DatasourceVariable:
@@ -172,3 +197,26 @@ def table(
         .with_transformation(organize)
     )
     return _panel(panel, title, description, targets, width, height)
+
+
+def decision_annotation(outcome: str) -> AnnotationQuery:
+    """Return the annotation marking champion / challenger decisions of one ``outcome``.
+
+    ``promoted`` (:data:`MODEL_PROMOTIONS`, green, on) or ``rejected`` (:data:`MODEL_REJECTIONS`,
+    orange, off until toggled): every step at which ``kafka_audit_model_decisions_total{outcome}``
+    increased in the last 2 minutes, titled with the model version serving after it
+    (``kafka_audit_model_champion_info``).
+    """
+    name = MODEL_PROMOTIONS if outcome == "promoted" else MODEL_REJECTIONS
+    expr = (
+        f'(sum(increase(kafka_audit_model_decisions_total{{outcome="{outcome}"}}[2m])) > 0)'
+        " * on() group_left(model_version) topk(1, max by (model_version) (kafka_audit_model_champion_info))"
+    )
+    return (
+        AnnotationQuery()
+        .name(name)
+        .datasource(PROMETHEUS)
+        .enable(outcome == "promoted")
+        .icon_color("green" if outcome == "promoted" else "orange")
+        .expr(expr)
+    )

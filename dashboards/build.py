@@ -34,33 +34,43 @@ RULES_FILE = "prometheus-rules.yml"
 def _builders() -> dict[str, Callable[[], Any]]:
     from dashboards.completeness import UID as COMPLETENESS_UID
     from dashboards.completeness import completeness_dashboard
+    from dashboards.model import UID as MODEL_UID
+    from dashboards.model import model_dashboard
     from dashboards.producers import UID as PRODUCERS_UID
     from dashboards.producers import producer_dashboard
 
-    return {COMPLETENESS_UID: completeness_dashboard, PRODUCERS_UID: producer_dashboard}
+    return {
+        COMPLETENESS_UID: completeness_dashboard,
+        PRODUCERS_UID: producer_dashboard,
+        MODEL_UID: model_dashboard,
+    }
 
 
 def dashboard_json(builder: Any) -> dict[str, Any]:
     """Return the Grafana JSON model of a grafana-foundation-sdk dashboard builder.
 
-    Panels get unique ids in layout order (rows included), and the Prometheus alert annotation gets a
-    title (the alert name) and tags (topic, tier, severity) -- fields the SDK's annotation model lacks.
+    Panels get unique ids in layout order (rows included), and the Prometheus annotations get a title
+    and tags (the alert name and topic, tier, severity; the model version for model decisions) --
+    fields the SDK's annotation model lacks (``dashboards._panels.ANNOTATION_FORMATS``).
     """
     from grafana_foundation_sdk.cog.encoder import JSONEncoder
+
+    from dashboards._panels import ANNOTATION_FORMATS, FIRING_ALERTS
 
     model: dict[str, Any] = json.loads(JSONEncoder().encode(builder.build()))
     for number, panel in enumerate(model.get("panels", []), start=1):
         panel["id"] = number
     for annotation in model.get("annotations", {}).get("list", []):
         if annotation.get("expr"):
-            annotation.setdefault("titleFormat", "{{alertname}}")
-            annotation.setdefault("tagKeys", "topic,tier,severity")
+            fmt = ANNOTATION_FORMATS.get(annotation.get("name", ""), ANNOTATION_FORMATS[FIRING_ALERTS])
+            for key, value in fmt.items():
+                annotation.setdefault(key, value)
             annotation.setdefault("useValueForTime", False)
     return model
 
 
 def dashboards() -> dict[str, dict[str, Any]]:
-    """Return every dashboard's JSON model by uid: ``kafka-audit-completeness``, ``kafka-audit-producers``."""
+    """Return every dashboard's JSON model by uid (completeness, producers, model)."""
     return {uid: dashboard_json(make()) for uid, make in _builders().items()}
 
 

@@ -100,7 +100,7 @@ def report_cmd(
         ),
     ] = None,
 ) -> None:
-    """Write a static HTML report (completeness heatmap, R_l/R_d vs predicted, gamma, alerts)."""
+    """Write a static HTML report (completeness heatmap, R_l/R_d vs predicted, gamma, model, alerts)."""
     from dashboards.report import write_report
     from dashboards.report_data import parse_since
 

@@ -4,7 +4,8 @@ Rows (top to bottom): completeness (newest final window, over time, sent vs rece
 duplicated); one row per topic with the measured R_l and R_d next to the predictor's P_l and P_d and
 their 90% interval band (Wu et al. 2020, Eq. 1 and 3) and the KPI gamma against its target (Eq. 2);
 audit health (audit lag, unaudited producers, window results, micro-batch duration). Firing alerts
-(``kafka_audit_alerts_firing``) are annotations on every time series panel.
+(``kafka_audit_alerts_firing``) and model promotions (``kafka_audit_model_decisions_total``: the
+predictions change with the model) are annotations on every time series panel.
 
 Template variables: ``$cluster`` (derived from the ``tier`` label ``cluster:<name>`` with a regex),
 ``$topic`` and ``$tier``; every query is filtered by all three.
@@ -14,13 +15,16 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders.dashboard import AnnotationQuery, Dashboard, Row
 from grafana_foundation_sdk.builders.prometheus import Dataquery
+from grafana_foundation_sdk.builders.timeseries import Panel as TimeseriesPanel
 from grafana_foundation_sdk.models.dashboard import DashboardCursorSync
 
 from dashboards._panels import (
+    FIRING_ALERTS,
     PROMETHEUS,
     band,
     dashed,
     datasource_variable,
+    decision_annotation,
     label_variable,
     query,
     stat,
@@ -42,7 +46,8 @@ def _per_second(counter: str, legend: str) -> Dataquery:
     return query(f"sum by (topic, tier) (rate({counter}{{{SEL}}}[{RATE}]))", legend)
 
 
-def _variables(d: Dashboard) -> Dashboard:
+def topic_variables(d: Dashboard) -> Dashboard:
+    """Add ``$datasource``, ``$cluster`` (from the ``tier`` label), ``$topic`` and ``$tier`` to ``d``."""
     return (
         d.with_variable(datasource_variable())
         .with_variable(
@@ -122,8 +127,11 @@ def _completeness_row(d: Dashboard) -> Dashboard:
     )
 
 
-def _prediction_row(d: Dashboard) -> Dashboard:
-    """One row per topic: actual vs predicted R_l and R_d with the 90% interval band, gamma vs target."""
+def loss_vs_predicted(width: int = 8) -> TimeseriesPanel:
+    """Return the per-topic panel of the measured R_l against the predicted P_l and its 90% band.
+
+    For a row repeated per ``$topic`` (:data:`ROW_SEL`).
+    """
     r_l = timeseries(
         "R_l actual vs predicted P_l",
         "Measured loss rate R_l of each final window next to the predictor's P_l for that window's "
@@ -135,8 +143,13 @@ def _prediction_row(d: Dashboard) -> Dashboard:
             query(f'kafka_audit_predicted_loss_ratio{{{ROW_SEL}, bound="p95"}}', "P_l p95"),
         ],
         "percentunit",
-        width=8,
+        width=width,
     )
+    return band(r_l, "P_l p05", "P_l p95")
+
+
+def _prediction_row(d: Dashboard) -> Dashboard:
+    """One row per topic: actual vs predicted R_l and R_d with the 90% interval band, gamma vs target."""
     r_d = timeseries(
         "R_d actual vs predicted P_d",
         "Measured duplicate rate R_d of each final window next to the predicted P_d (p50), shaded "
@@ -165,7 +178,7 @@ def _prediction_row(d: Dashboard) -> Dashboard:
     )
     return (
         d.with_row(Row("$topic: actual vs predicted").repeat("topic"))
-        .with_panel(band(r_l, "P_l p05", "P_l p95"))
+        .with_panel(loss_vs_predicted())
         .with_panel(band(r_d, "P_d p05", "P_d p95"))
         .with_panel(dashed(gamma, "target"))
     )
@@ -239,7 +252,7 @@ def alert_annotation() -> AnnotationQuery:
     """Return the annotation marking firing kafka-audit alerts of the selected topics."""
     return (
         AnnotationQuery()
-        .name("Firing alerts")
+        .name(FIRING_ALERTS)
         .datasource(PROMETHEUS)
         .enable(True)
         .icon_color("red")
@@ -258,5 +271,6 @@ def completeness_dashboard() -> Dashboard:
         .time("now-1h", "now")
         .tooltip(DashboardCursorSync.CROSSHAIR)
         .annotation(alert_annotation())
+        .annotation(decision_annotation("promoted"))
     )
-    return _health_row(_prediction_row(_completeness_row(_variables(d))))
+    return _health_row(_prediction_row(_completeness_row(topic_variables(d))))

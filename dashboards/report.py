@@ -3,8 +3,11 @@
 Sections: a summary table per topic and tier; a completeness heatmap (topic x window); per topic and
 tier the measured R_l and R_d against the predicted P_l and P_d with their 90% interval (Wu et al.
 2020, Eq. 1 and 3; older results without predictions show the measured rates only); the KPI gamma
-against its target (Eq. 2); the alerts table. Plots are matplotlib PNGs embedded as base64 data URIs, so
-the file has no external references.
+against its target (Eq. 2); the predictor model on this deployment: live MAE(P_l) and 90% interval
+coverage per model version over time (rolling over its last 30 final windows, as the job's calibration
+monitor), and predicted against actual R_l per topic; the alerts table (with the model decisions of
+the alerts topic, when the alerts file has them). Plots are matplotlib PNGs embedded as base64 data
+URIs, so the file has no external references.
 """
 
 from __future__ import annotations
@@ -21,10 +24,22 @@ from typing import Any
 
 import pandas as pd
 
-from dashboards.report_data import load_alerts, load_results
+from dashboards.report_data import (
+    ROLLING_WINDOWS,
+    load_alerts,
+    load_results,
+    predicted_windows,
+    rolling_accuracy,
+    topic_accuracy,
+    version_summary,
+)
 
 MAX_SERIES = 12
 """At most this many (topic, tier) pairs get their own R_l / R_d plot (the most lossy first)."""
+CALIBRATION_MAX_MAE = 0.05
+"""The job's default ``calibration_max_mae`` (fraction): drawn as the line a calibrated model stays under."""
+COVERAGE_BOUNDS = (0.80, 0.97)
+"""90% interval coverage a challenger needs on held-back windows to be promoted (shaded)."""
 
 
 def _png(fig: Any) -> str:
@@ -165,6 +180,143 @@ def gamma_plot(results: pd.DataFrame) -> str | None:
     return _img(fig, "gamma timeline")
 
 
+def accuracy_plot(rolling: pd.DataFrame, versions: pd.DataFrame) -> str:
+    """Return an ``<img>``: rolling live MAE(P_l) and 90% coverage per model version over time.
+
+    Args:
+        rolling: :func:`dashboards.report_data.rolling_accuracy`.
+        versions: :func:`dashboards.report_data.version_summary` (order of service; a dotted line marks
+            where each later version first served).
+    """
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12, 5.5), layout="constrained")
+    ax_mae, ax_cov = fig.subplots(2, 1, sharex=True)
+    for number, version in enumerate(versions["version"]):
+        rows = rolling[rolling["version"] == version]
+        when = _times(rows["window_end_ms"])
+        color = f"C{number % 10}"
+        ax_mae.plot(when, rows["mae"].astype(float), color=color, lw=1.5, label=version)
+        if rows["coverage"].notna().any():
+            ax_cov.plot(when, rows["coverage"].astype(float), color=color, lw=1.5, label=version)
+    for version, first_ms in list(zip(versions["version"], versions["first_ms"], strict=True))[1:]:
+        for ax in (ax_mae, ax_cov):
+            ax.axvline(_times(pd.Series([first_ms]))[0], color="grey", ls=":", lw=1)
+        ax_mae.annotate(
+            f" {version}",
+            (_times(pd.Series([first_ms]))[0], 1.0),
+            xycoords=("data", "axes fraction"),
+            va="top",
+            fontsize=8,
+            color="grey",
+        )
+    ax_mae.axhline(CALIBRATION_MAX_MAE, color="red", ls="--", lw=1, label="calibration threshold (default)")
+    ax_cov.axhspan(*COVERAGE_BOUNDS, color="tab:green", alpha=0.1, label="80-97% (promotion bound)")
+    ax_cov.axhline(0.9, color="tab:green", ls="--", lw=1, label="nominal 90%")
+    ax_mae.set_title(f"Live MAE(P_l) per model version (rolling, last {ROLLING_WINDOWS} final windows)")
+    ax_cov.set_title("90% interval coverage per model version (share of windows with R_l inside)")
+    ax_cov.set_ylim(0, 1.02)
+    for ax in (ax_mae, ax_cov):
+        ax.yaxis.set_major_formatter(lambda v, _: f"{100 * v:.3g}%")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    ax_cov.tick_params(axis="x", labelrotation=30)
+    return _img(fig, "live MAE and coverage per model version")
+
+
+def predicted_vs_actual_plot(scored: pd.DataFrame) -> str:
+    """Return an ``<img>``: predicted P_l against measured R_l of every scored window, per topic (y = x)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.5, 6), layout="constrained")
+    ax = fig.subplots()
+    pairs = scored.groupby(["topic", "tier"])["abs_error"].mean().sort_values(ascending=False)
+    for number, (topic, tier) in enumerate(list(pairs.index)[:MAX_SERIES]):
+        rows = scored[(scored["topic"] == topic) & (scored["tier"] == tier)]
+        ax.scatter(
+            rows["p_loss"].astype(float),
+            rows["loss_rate"].astype(float),
+            s=14,
+            alpha=0.6,
+            color=f"C{number % 10}",
+            label=_label(topic, tier),
+        )
+    top = max(float(scored["p_loss"].max()), float(scored["loss_rate"].max()), 0.01) * 1.05
+    ax.plot([0, top], [0, top], color="grey", ls="--", lw=1, label="R_l = P_l")
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_xlabel("predicted P_l")
+    ax.set_ylabel("measured R_l")
+    ax.set_title("Predicted vs actual R_l per final window")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(lambda v, _: f"{100 * v:.3g}%")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+    return _img(fig, "predicted vs actual R_l per topic")
+
+
+def model_section(results: pd.DataFrame) -> str:
+    """Return the predictor-model section: per-version table and plot, predicted vs actual per topic.
+
+    Windows without a prediction are left out; predictions written before results carried
+    ``model_version`` count under ``unknown``.
+    """
+    scored = predicted_windows(results)
+    if scored.empty:
+        return '<p class="none">No predictions in these results (predictor not enabled).</p>'
+    versions = version_summary(scored)
+    version_rows = [
+        [
+            str(r["version"]),
+            str(r["windows"]),
+            _ms(r["first_ms"]),
+            _ms(r["last_ms"]),
+            _pct(r["mae"]),
+            _pct(r["coverage"]),
+            _pct(r["calibrated"]),
+        ]
+        for r in versions.to_dict("records")
+    ]
+    version_table = _table(
+        ["model version", "windows", "from (UTC)", "to (UTC)", "MAE(P_l)", "90% coverage", "calibrated"],
+        version_rows,
+    )
+    topics = topic_accuracy(scored)
+    topic_rows = [
+        [
+            r["topic"],
+            r["tier"],
+            str(r["windows"]),
+            _pct(r["r_l"]),
+            _pct(r["p_l"]),
+            _pct(r["mae"]),
+            _pct(r["coverage"]),
+            r["versions"],
+        ]
+        for r in topics.to_dict("records")
+    ]
+    topic_table = _table(
+        ["topic", "tier", "windows", "mean R_l", "mean P_l", "MAE(P_l)", "90% coverage", "model versions"],
+        topic_rows,
+    )
+    note = (
+        '<p class="meta">MAE(P_l) = mean |P_l - R_l| over final windows with a prediction; 90% coverage = '
+        "share of them whose R_l lay inside the predicted 90% interval; calibrated = share judged while "
+        "the model was calibrated for this deployment (drift alerts fire only then). Version "
+        "<code>unknown</code>: results written before they carried the model version.</p>"
+    )
+    return "\n".join(
+        [
+            note,
+            version_table,
+            accuracy_plot(rolling_accuracy(scored), versions),
+            "<h3>Predicted vs actual R_l per topic</h3>",
+            topic_table,
+            predicted_vs_actual_plot(scored),
+        ]
+    )
+
+
 def _duration(td: timedelta) -> str:
     seconds = int(td.total_seconds())
     for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
@@ -281,7 +433,7 @@ def render(results: pd.DataFrame, alerts: pd.DataFrame, since: timedelta | None,
     period = f"last {_duration(since)}" if since is not None else "all results"
     if results.empty:
         body = '<p class="none">No final window results in this period.</p>'
-        heat = rates = gamma = suggestions = ""
+        heat = rates = gamma = suggestions = model = ""
     else:
         body = summary_table(results)
         heat = heatmap(results)
@@ -290,6 +442,7 @@ def render(results: pd.DataFrame, alerts: pd.DataFrame, since: timedelta | None,
             gamma_plot(results) or '<p class="none">No gamma in these results (predictor not enabled).</p>'
         )
         suggestions = suggestions_table(results)
+        model = model_section(results)
     first = _ms(results["window_start_ms"].min()) if not results.empty else "-"
     last = _ms(results["window_end_ms"].max()) if not results.empty else "-"
     return template.substitute(
@@ -300,6 +453,7 @@ def render(results: pd.DataFrame, alerts: pd.DataFrame, since: timedelta | None,
         heatmap=heat,
         rates=rates,
         gamma=gamma,
+        model=model,
         suggestions=suggestions,
         alerts=alerts_table(alerts),
     )

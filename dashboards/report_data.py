@@ -3,7 +3,8 @@
 Results are the reconciliation job's Parquet files (``ParquetResultSink``:
 ``<root>/date=YYYY-MM-DD/batch-<id>.parquet``, one row per window result). Files written before the
 live-comparison fields existed lack ``p_loss``, ``gamma_actual`` and the rest: they are read all the
-same and those columns come out null.
+same and those columns come out null. Likewise ``model_version`` and ``model_calibrated``: predictions
+written before them are scored under the version :data:`UNKNOWN_VERSION` (:func:`predicted_windows`).
 """
 
 from __future__ import annotations
@@ -142,3 +143,139 @@ def load_alerts(
         alerts = alerts[keep]
     sort = "starts_at_ms" if "starts_at_ms" in alerts.columns else alerts.columns[0]
     return alerts.sort_values(sort, ascending=False).reset_index(drop=True)
+
+
+UNKNOWN_VERSION = "unknown"
+"""Model version shown for predictions written before results carried ``model_version`` (the shipped
+model or the job's pinned ``--model``: the results do not say which)."""
+
+ROLLING_WINDOWS = 30
+"""Final windows per model version in the rolling live MAE and coverage (the job's default
+``calibration_windows``)."""
+
+
+def predicted_windows(results: pd.DataFrame) -> pd.DataFrame:
+    """Return the final windows that have both a prediction and a measured R_l, scored.
+
+    Args:
+        results: Final window results (:func:`load_results`).
+
+    Returns:
+        Those rows, sorted by ``window_end_ms``, with ``version`` (``model_version``, or
+        :data:`UNKNOWN_VERSION` for results written before the field existed), ``abs_error`` =
+        ``|p_loss - loss_rate|`` (fraction of messages) and ``covered`` (1.0 if ``p_loss_lo <= loss_rate
+        <= p_loss_hi``, 0.0 if not, NaN without an interval).
+    """
+    cols = ["p_loss", "loss_rate"]
+    if results.empty or any(c not in results.columns for c in cols):
+        return pd.DataFrame(columns=[*results.columns, "version", "abs_error", "covered"])
+    frame = results[results["p_loss"].notna() & results["loss_rate"].notna()].copy()
+    versions = (
+        frame["model_version"] if "model_version" in frame.columns else pd.Series(None, index=frame.index)
+    )
+    frame["version"] = versions.where(
+        versions.notna() & (versions.astype(str) != ""), UNKNOWN_VERSION
+    ).astype(str)
+    p, r = frame["p_loss"].astype(float), frame["loss_rate"].astype(float)
+    frame["abs_error"] = (p - r).abs()
+    nan = pd.Series(float("nan"), index=frame.index)
+    lo = pd.to_numeric(frame["p_loss_lo"] if "p_loss_lo" in frame.columns else nan, errors="coerce")
+    hi = pd.to_numeric(frame["p_loss_hi"] if "p_loss_hi" in frame.columns else nan, errors="coerce")
+    inside = ((lo <= r) & (r <= hi)).astype(float)
+    frame["covered"] = inside.where(lo.notna() & hi.notna())
+    return frame.sort_values(["window_end_ms", "topic", "tier"]).reset_index(drop=True)
+
+
+def version_summary(scored: pd.DataFrame) -> pd.DataFrame:
+    """Return one row per model version, in the order the versions first served.
+
+    Args:
+        scored: :func:`predicted_windows`.
+
+    Returns:
+        Columns ``version``, ``windows``, ``first_ms``, ``last_ms`` (window start / end, ms),
+        ``mae`` (mean |P_l - R_l|, fraction), ``coverage`` (share of windows with an interval whose R_l
+        lay inside it; NaN without intervals), ``calibrated`` (share of windows judged with the model
+        calibrated; NaN if no window says), ``topics``.
+    """
+    columns = ["version", "windows", "first_ms", "last_ms", "mae", "coverage", "calibrated", "topics"]
+    if scored.empty:
+        return pd.DataFrame(columns=columns)
+    calibrated = (
+        scored["model_calibrated"].map(lambda v: None if v is None or pd.isna(v) else float(bool(v)))
+        if "model_calibrated" in scored.columns
+        else pd.Series(float("nan"), index=scored.index)
+    )
+    frame = scored.assign(_calibrated=pd.to_numeric(calibrated, errors="coerce"))
+    out = (
+        frame.groupby("version", sort=False)
+        .agg(
+            windows=("abs_error", "size"),
+            first_ms=("window_start_ms", "min"),
+            last_ms=("window_end_ms", "max"),
+            mae=("abs_error", "mean"),
+            coverage=("covered", "mean"),
+            calibrated=("_calibrated", "mean"),
+            topics=("topic", "nunique"),
+        )
+        .reset_index()
+    )
+    return out.sort_values("first_ms", kind="stable").reset_index(drop=True)[columns]
+
+
+def rolling_accuracy(scored: pd.DataFrame, windows: int = ROLLING_WINDOWS) -> pd.DataFrame:
+    """Return the live MAE(P_l) and 90% coverage of each model version over time.
+
+    Per version, over its last ``windows`` final windows (all topics, by window end), like the job's
+    calibration monitor.
+
+    Args:
+        scored: :func:`predicted_windows`.
+        windows: Rolling length, final windows.
+
+    Returns:
+        Columns ``version``, ``window_end_ms``, ``mae`` (fraction), ``coverage`` (fraction; NaN without
+        intervals), one row per scored window.
+    """
+    if scored.empty:
+        return pd.DataFrame(columns=["version", "window_end_ms", "mae", "coverage"])
+    parts = []
+    for version, rows in scored.groupby("version", sort=False):
+        rows = rows.sort_values("window_end_ms")
+        parts.append(
+            pd.DataFrame(
+                {
+                    "version": version,
+                    "window_end_ms": rows["window_end_ms"].to_numpy(),
+                    "mae": rows["abs_error"].rolling(windows, min_periods=1).mean().to_numpy(),
+                    "coverage": rows["covered"].rolling(windows, min_periods=1).mean().to_numpy(),
+                }
+            )
+        )
+    return pd.concat(parts, ignore_index=True)
+
+
+def topic_accuracy(scored: pd.DataFrame) -> pd.DataFrame:
+    """Return, per (topic, tier), predicted against actual R_l over the scored windows.
+
+    Returns:
+        Columns ``topic``, ``tier``, ``windows``, ``r_l`` (mean measured R_l), ``p_l`` (mean predicted
+        P_l), ``mae`` (mean |P_l - R_l|), ``coverage``, ``versions`` (model versions, in order served);
+        fractions 0-1.
+    """
+    columns = ["topic", "tier", "windows", "r_l", "p_l", "mae", "coverage", "versions"]
+    if scored.empty:
+        return pd.DataFrame(columns=columns)
+    out = (
+        scored.groupby(["topic", "tier"])
+        .agg(
+            windows=("abs_error", "size"),
+            r_l=("loss_rate", "mean"),
+            p_l=("p_loss", "mean"),
+            mae=("abs_error", "mean"),
+            coverage=("covered", "mean"),
+            versions=("version", lambda v: ", ".join(dict.fromkeys(v))),
+        )
+        .reset_index()
+    )
+    return out[columns]

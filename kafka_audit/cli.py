@@ -51,6 +51,28 @@ WebhookUrl = Annotated[str | None, typer.Option(help="Send alerts to this JSON w
 GammaTarget = Annotated[
     float | None, typer.Option(help="KPI gamma target (0-1] of every topic; below it: suggestion and alert.")
 ]
+Retrain = Annotated[
+    bool | None,
+    typer.Option(
+        "--retrain/--no-retrain",
+        help="Retrain the predictor on the audited windows in the background and promote a better model "
+        "(default: on; env KAFKA_AUDIT_SPARK_RETRAIN).",
+    ),
+]
+RegistryDir = Annotated[
+    Path | None,
+    typer.Option(
+        help="Model registry (versions, champion, decisions); default: 'models' beside the checkpoint."
+    ),
+]
+RetrainEveryWindows = Annotated[
+    int | None,
+    typer.Option(help="Retrain every N new stored windows (default 200).", min=1),
+]
+RetrainEveryMinutes = Annotated[
+    float | None,
+    typer.Option(help="... or every T minutes once 50 new windows are stored (default 60)."),
+]
 
 
 def _fail(exc: Exception) -> typer.Exit:
@@ -182,7 +204,7 @@ def produce(
         console=console,
     ) as progress:
         task = progress.add_task(f"{profile} -> {topic}", total=total)
-        try:
+        try:  # run_load calls AuditedProducer.check() first: bad credentials fail here, at once
             result = run_load(
                 config,
                 topic,
@@ -357,6 +379,17 @@ def spark_job(
     alertmanager_url: AlertmanagerUrl = None,
     webhook_url: WebhookUrl = None,
     gamma_target: GammaTarget = None,
+    model: Annotated[
+        Path | None, typer.Option(help="Base model directory (default: the shipped model).")
+    ] = None,
+    model_registry_dir: RegistryDir = None,
+    training_dir: Annotated[
+        Path | None,
+        typer.Option(help="Training store (audited windows); default: 'training' beside the checkpoint."),
+    ] = None,
+    retrain: Retrain = None,
+    retrain_every_windows: RetrainEveryWindows = None,
+    retrain_every_minutes: RetrainEveryMinutes = None,
 ) -> None:
     """Run only the Spark reconciliation job (audit topic -> results topic, Parquet, Prometheus, alerts)."""
     from alerts.pipeline import attach_to_job
@@ -387,6 +420,18 @@ def spark_job(
         query_name=query_name,
         metrics_port=metrics_port,
         **({"gamma_target": gamma_target} if gamma_target is not None else {}),
+        **{
+            k: v
+            for k, v in {
+                "model_dir": model,
+                "model_registry_dir": model_registry_dir,
+                "training_dir": training_dir,
+                "retrain": retrain,
+                "retrain_every_windows": retrain_every_windows,
+                "retrain_every_minutes": retrain_every_minutes,
+            }.items()
+            if v is not None
+        },
     )
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -407,7 +452,11 @@ def spark_job(
     except KafkaAuditError as exc:  # e.g. KafkaAuthenticationError: wrong KAFKA_AUDIT_KAFKA_SASL_PASSWORD
         job.stop()
         raise _fail(exc) from exc
-    console.print(f"reconciliation job running ({master}); checkpoint {checkpoint_dir}")
+    serving = job.live_model.serving.version if job.live_model.serving else "-"
+    console.print(
+        f"reconciliation job running ({master}); checkpoint {checkpoint_dir}; serving model {serving} "
+        f"from {settings.model_registry_dir}; retraining {'on' if job.live_model.retraining else 'off'}"
+    )
     try:
         while not stop.wait(1.0):
             if job.exception() is not None:
@@ -445,6 +494,9 @@ def up(
     alertmanager_url: AlertmanagerUrl = None,
     webhook_url: WebhookUrl = None,
     gamma_target: GammaTarget = None,
+    retrain: Retrain = None,
+    model_registry_dir: RegistryDir = None,
+    retrain_every_windows: RetrainEveryWindows = None,
 ) -> None:
     """Run the whole platform: Kafka (local unless -b), audit consumer, Spark job, load; live table."""
     from kafka_audit.platform import Platform, results_table
@@ -467,6 +519,9 @@ def up(
             data_dir=data_dir,
             bootstrap_servers=bootstrap_servers,
             producer_config=_props(x) or None,
+            retrain=retrain,
+            model_registry_dir=model_registry_dir,
+            retrain_every_windows=retrain_every_windows,
         )
     except (KafkaAuditError, ValueError) as exc:
         raise _fail(exc) from exc

@@ -14,7 +14,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -49,6 +49,24 @@ def _interval(p: float | None, lo: float | None, hi: float | None) -> str:
     if lo is None or hi is None:
         return _pct(p)
     return f"{100 * p:.2f}% [{100 * lo:.2f}-{100 * hi:.2f}]"
+
+
+def _calibrating(r: dict[str, Any]) -> bool:
+    """Return True if the window's P_l came from a model still calibrating for this deployment."""
+    return r.get("model_calibrated") is False and r.get("p_loss") is not None
+
+
+def serving_model(rows: Iterable[dict[str, Any]]) -> str | None:
+    """Return ``model <version>`` of the newest final window with a model version (None if none).
+
+    ``calibrating`` is added while that model is not yet calibrated for this deployment (no drift alert
+    fires then).
+    """
+    finals = [r for r in rows if r.get("state") == "final" and r.get("model_version")]
+    if not finals:
+        return None
+    newest = max(finals, key=lambda r: (r["window_start_ms"], r.get("result_at_ms") or 0))
+    return f"model {newest['model_version']}" + (" calibrating" if _calibrating(newest) else "")
 
 
 def _gamma(r: dict[str, Any], show_target: bool) -> str:
@@ -92,7 +110,9 @@ def results_table(
     Per window: messages sent, the measured R_l and R_d, the predicted P_l (with its 90% interval) and
     P_d, gamma actual / predicted (red below the target) and the suggested configuration change; the
     prediction columns fill in when a window is final. Fits 140 columns; the tier column appears only
-    when more than one cluster tier is shown (else the title names it), likewise the gamma target.
+    when more than one cluster tier is shown (else the title names it), likewise the gamma target. The
+    title names the model version serving the newest final window (:func:`serving_model`); a P_l made
+    by a model still calibrating for this deployment ends in ``cal.`` (dimmed): no drift alert judges it.
     """
     from datetime import UTC, datetime
 
@@ -108,6 +128,9 @@ def results_table(
         notes.append(f"audit lag {lag:.1f} s")
     if len(targets) == 1:
         notes.append(f"gamma actual/predicted, target {targets[0]:.2f}")
+    model = serving_model(rows.values())
+    if model is not None:
+        notes.append(model)
     table = Table(title="kafka-audit: window results" + (f" ({', '.join(notes)})" if notes else ""))
     columns = ["topic", *(["tier"] if len(tiers) > 1 else []), "window (UTC)", "sent", "R_l"]
     columns += ["P_l [90%]", "R_d", "P_d", "gamma", "suggestion", "state"]
@@ -115,7 +138,11 @@ def results_table(
         if col == "suggestion":
             table.add_column(col, overflow="fold", max_width=30)
         else:
-            table.add_column(col, justify="left" if col in ("topic", "tier", "state") else "right")
+            table.add_column(
+                col,
+                justify="left" if col in ("topic", "tier", "state") else "right",
+                no_wrap=col == "P_l [90%]",
+            )
     for r in chosen:
         cells = [r["topic"]]
         if len(tiers) > 1:
@@ -124,7 +151,9 @@ def results_table(
             datetime.fromtimestamp(r["window_start_ms"] / 1000, UTC).strftime("%H:%M:%S"),
             f"{r['sent']:,}",
             _pct(r["loss_rate"]),
-            _interval(r.get("p_loss"), r.get("p_loss_lo"), r.get("p_loss_hi")),
+            _interval(r.get("p_loss"), r.get("p_loss_lo"), r.get("p_loss_hi"))
+            if not _calibrating(r)
+            else f"[dim]{_interval(r.get('p_loss'), r.get('p_loss_lo'), r.get('p_loss_hi'))} cal.[/]",
             _pct(r["duplicate_rate"]),
             _pct(r.get("p_dup")),
             _gamma(r, show_target=len(targets) > 1),
@@ -200,6 +229,7 @@ class Platform:
                 checkpoint_dir=s.data_dir / "spark" / "checkpoint",
                 parquet_dir=s.data_dir / "spark" / "results",
                 topic_kpi=s.kpi,
+                **s.model_lifecycle,  # registry, training store, retraining (else the job's settings)
             ),
             listeners=[self._on_results],
         )

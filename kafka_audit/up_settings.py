@@ -47,6 +47,11 @@ class UpSettings(BaseSettings):
             ``gamma_target`` (default 0.9) is also the target the job writes into every final window.
         topic_kpi: Per-topic stream type / gamma target / message size (``[topic_kpi."<topic>"]``); the
             scenario's topic defaults to the scenario's stream type (Table II weights).
+        model_registry_dir, retrain, retrain_every_windows, retrain_every_minutes, training_min_messages,
+            calibration_max_mae: The model lifecycle of the Spark job (see
+            :class:`~spark_streaming.settings.SparkJobSettings`); None: the job's setting
+            (``KAFKA_AUDIT_SPARK_*``, else its default: registry ``<data_dir>/spark/models``, training
+            store ``<data_dir>/spark/training``, retraining on every 200 new windows or 60 minutes).
     """
 
     model_config = SettingsConfigDict(env_prefix="KAFKA_AUDIT_UP_", frozen=True)
@@ -72,6 +77,12 @@ class UpSettings(BaseSettings):
     kafka: KafkaSecurity = Field(default_factory=KafkaSecurity.from_env)
     alerts: AlertSettings = Field(default_factory=load_settings)
     topic_kpi: dict[str, TopicKpi] = Field(default_factory=dict)
+    model_registry_dir: Path | None = None
+    retrain: bool | None = None
+    retrain_every_windows: int | None = Field(None, ge=1)
+    retrain_every_minutes: float | None = Field(None, gt=0.0)
+    training_min_messages: int | None = Field(None, ge=1)
+    calibration_max_mae: float | None = Field(None, gt=0.0)
 
     def model_post_init(self, context: Any) -> None:
         """Check values that pydantic's types cannot.
@@ -103,6 +114,19 @@ class UpSettings(BaseSettings):
             if own.stream_type is None:
                 out[self.scenario_topic] = own.model_copy(update={"stream_type": self.scenario})
         return out
+
+    @property
+    def model_lifecycle(self) -> dict[str, Any]:
+        """The model-lifecycle settings given (not None), as ``SparkJobSettings`` keywords."""
+        names = (
+            "model_registry_dir",
+            "retrain",
+            "retrain_every_windows",
+            "retrain_every_minutes",
+            "training_min_messages",
+            "calibration_max_mae",
+        )
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
     @property
     def all_topics(self) -> list[str]:

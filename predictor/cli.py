@@ -1,4 +1,4 @@
-"""`kafka-audit predictor train|evaluate|predict` and `kafka-audit suggest`.
+"""`kafka-audit predictor train|evaluate|predict|retrain` and `kafka-audit suggest`.
 
 Heavy imports (torch, pandas) happen inside the command bodies so ``kafka-audit --help`` stays fast.
 """
@@ -351,7 +351,181 @@ def suggest_cmd(
     console.print(("[green]" if result.meets_target else "[yellow]") + result.explanation)
 
 
+def _decision_table(decision: Any, card: Mapping[str, Any]) -> Table:
+    """Return a table of the decision's numbers beside its criteria (``decision``: a promotion.Decision)."""
+    n = decision.numbers
+    champion = card.get("metrics", {}).get("champion", {})
+    verdict = "[green]promoted[/]" if decision.promoted else "[yellow]rejected[/]"
+    table = Table(
+        title=f"challenger {decision.challenger_version} vs champion {decision.champion_version}: {verdict}"
+    )
+    for col in ("metric", "champion", "challenger", "criterion", "met"):
+        table.add_column(col, justify="left" if col in ("metric", "criterion") else "right")
+    failed = {r[:3] for r in decision.reasons}
+    cover_champion = champion.get("local_test", {}).get("coverage_90_p_loss")
+    rows = (
+        (
+            f"MAE P_l, local test ({n['n_local_test']} newest windows)",
+            f"{n['mae_local_champion']:.4f}",
+            f"{n['mae_local_challenger']:.4f}",
+            f"(a) < champion - {n['margin']:g}",
+            "(a)",
+        ),
+        (
+            "MAE P_l, paper held-back split",
+            f"{n['mae_paper_champion']:.4f}",
+            f"{n['mae_paper_challenger']:.4f}",
+            f"(b) <= champion + {n['tolerance']:g}",
+            "(b)",
+        ),
+        (
+            "90% interval coverage, local test",
+            "-" if cover_champion is None else f"{cover_champion:.1%}",
+            f"{n['coverage_local_challenger']:.1%}",
+            "(c) 80%-97%",
+            "(c)",
+        ),
+    )
+    for metric, old, new, criterion, tag in rows:
+        table.add_row(metric, old, new, criterion, "[red]no[/]" if tag in failed else "[green]yes[/]")
+    return table
+
+
+@predictor_app.command("retrain")
+def retrain_cmd(
+    from_results: Annotated[
+        Path,
+        typer.Option(
+            "--from-results",
+            help="The job's training store (its training_dir: date=*/batch-*.parquet of audited windows).",
+        ),
+    ],
+    data: DataFiles = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Write the challenger here (model.pt + card.json); needed without --registry, ignored "
+            "with it (the challenger becomes the registry's next version).",
+        ),
+    ] = None,
+    registry: Annotated[
+        Path | None,
+        typer.Option(
+            "--registry",
+            help="Model registry (the job's model_registry_dir): retrain from its champion, save the "
+            "challenger as the next version, promote it if it wins, record the decision.",
+        ),
+    ] = None,
+    model_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--model", help="Base model (the champion while the registry has none); default: the shipped one."
+        ),
+    ] = None,
+    min_windows: Annotated[
+        int, typer.Option("--min-windows", help="Fewest eligible local windows to retrain on.", min=3)
+    ] = 50,
+    seed: Annotated[int, typer.Option(help="Seed of the retraining (minibatch draws).")] = 20200,
+    threads: Annotated[
+        int, typer.Option(help="torch CPU threads (results are reproducible per count).", min=1)
+    ] = 2,
+    steps: Annotated[
+        int, typer.Option(help="Fine-tuning steps per ensemble member (minibatches of 256 rows).", min=1)
+    ] = 600,
+    margin: Annotated[
+        float, typer.Option(help="(a): local MAE(P_l) must drop by more than this (fraction).", min=0.0)
+    ] = 0.002,
+    tolerance: Annotated[
+        float,
+        typer.Option(help="(b): paper held-back MAE(P_l) may rise by at most this (fraction).", min=0.0),
+    ] = 0.003,
+    as_json: AsJson = False,
+) -> None:
+    """Fine-tune the model on the deployment's own audited windows; promote it only if it is better.
+
+    Warm start from the champion; base data (--data, default the paper's experiments.csv) plus the
+    local windows, the local ones weighted up (docs/DESIGN.md, "Learning the deployment"); the 90%
+    interval recalibrated on recent local windows. The challenger wins only if (a) its MAE(P_l) on the
+    newest 20% of the local windows beats the champion's, and a constant's (the median R_l), by
+    --margin, (b) its MAE on the paper's
+    held-back split is within --tolerance of the champion's (and <= 0.02), and (c) its 90% interval
+    covers 80-97% of those windows. Exit 0 whether promoted or rejected.
+    """
+    import os
+
+    # Before torch loads OpenMP: its threads sleep instead of spinning while they wait. On 2 busy cores
+    # (a Spark job beside us) spinning made a 2-thread retrain 10-40x slower (bench/retrain.py).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from predictor.model import Predictor
+    from predictor.promotion import challenge, run_retraining
+    from predictor.registry import ModelRegistry, model_version
+    from predictor.training_store import open_store
+
+    paths = _data(data)
+    try:
+        if registry is not None:
+            if registry.exists() and not registry.is_dir():
+                raise KafkaAuditError(f"--registry {registry}: not a directory")
+            reg = ModelRegistry(registry)
+            decision = run_retraining(
+                reg,
+                from_results,
+                paths,
+                base_model_dir=model_dir,
+                margin=margin,
+                tolerance=tolerance,
+                seed=seed,
+                threads=threads,
+                min_windows=min_windows,
+                steps=steps,
+            )
+            where = reg.root / decision.challenger_version
+            card = json.loads((where / "card.json").read_text())
+        else:
+            if out is None:
+                raise KafkaAuditError("--out: required without --registry (where to write the challenger)")
+            if out.exists() and not out.is_dir():
+                raise KafkaAuditError(f"--out {out}: exists and is not a directory")
+            local = open_store(from_results).load()
+            champion = Predictor.load(model_dir)
+            result, decision = challenge(
+                champion,
+                local,
+                paths,
+                champion_version=model_version(champion),
+                challenger_version=out.resolve().name,
+                margin=margin,
+                tolerance=tolerance,
+                seed=seed,
+                threads=threads,
+                min_windows=min_windows,
+                steps=steps,
+            )
+            result.model.save(out)
+            where, card = out, result.model.card
+    except KafkaAuditError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        console.print_json(
+            json.dumps(
+                {
+                    **decision.to_json(),
+                    "model_dir": str(where),
+                    "training_seconds": card.get("training_seconds"),
+                    "local_split": card.get("local_split"),
+                }
+            )
+        )
+        return
+    console.print(_decision_table(decision, card))
+    for reason in decision.reasons:
+        console.print(f"  {reason}")
+    rows = ", ".join(f"{k} {v}" for k, v in decision.rows_by_source.items())
+    console.print(f"trained on {rows} rows in {card.get('training_seconds')} s; wrote {where}")
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``predictor`` (train, evaluate, predict) and ``suggest`` to the ``kafka-audit`` typer app."""
+    """Add ``predictor`` (train, evaluate, predict, retrain) and ``suggest`` to the ``kafka-audit`` app."""
     app.add_typer(predictor_app, name="predictor")
     app.command("suggest")(suggest_cmd)

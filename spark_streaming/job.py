@@ -6,10 +6,14 @@ a heartbeat thread (event time advances while producers are idle) and the sinks.
 :meth:`ReconciliationJob.stop`.
 
 The query: Kafka source -> decode (``mapInPandas``) -> stateful reconcile (``applyInPandasWithState``)
--> live comparison (``mapInPandas``, :mod:`spark_streaming.predict`: P_l, P_d, gamma, suggestion for
-final windows) -> ``foreachBatch``: exactly-once sinks, Prometheus metrics and listeners. The alert
-pipeline is one such listener, attached by the layer above (``alerts.attach_to_job``): this package
-never imports ``alerts`` (``docs/DESIGN.md``, "Layers").
+-> ``foreachBatch``: the live comparison (``mapInPandas`` on the micro-batch,
+:mod:`spark_streaming.predict`: P_l, P_d, gamma, suggestion for final windows, with the model the
+driver chose for this micro-batch: the registry's champion, so a promotion is served from the next
+micro-batch on), ``model_calibrated`` (:mod:`spark_streaming.calibration`), exactly-once sinks, the
+training store, Prometheus metrics and listeners; then, between micro-batches, the model lifecycle
+(:mod:`spark_streaming.live_model`: decisions, background retraining). The alert pipeline is a
+listener of results and of decisions, attached by the layer above (``alerts.attach_to_job``): this
+package never imports ``alerts`` (``docs/DESIGN.md``, "Layers").
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from kafka_plumbing.jvm import jars_dir
 from kafka_plumbing.security import client_config, spark_kafka_options
 from kafka_plumbing.topics import AUDIT_TOPIC_CONFIG, ensure_topic
 from spark_streaming.decode import DECODED_SCHEMA, HEARTBEAT_KEY, decode_batches
+from spark_streaming.live_model import DecisionListener, LiveModel
 from spark_streaming.metrics import ResultMetrics
 from spark_streaming.predict import KpiConfig, make_predict_step
 from spark_streaming.settings import DEFAULT_GAMMA_TARGET, SparkJobSettings
@@ -103,12 +108,17 @@ class ReconciliationJob:
             none).
         closers: Called by :meth:`stop` after the sinks are closed, last added first (listeners that
             hold resources, e.g. the alert pipeline).
+        decision_listeners: Called on the driver with each new champion/challenger decision of the
+            model registry (a dict, ``predictor.promotion.Decision.to_json``), at a micro-batch boundary.
+        live_model: The model lifecycle (:class:`~spark_streaming.live_model.LiveModel`): serving model,
+            calibration, training store, background retraining (``live_model.process``).
     """
 
     def __init__(self, settings: SparkJobSettings, listeners: list[ResultListener] | None = None) -> None:
         self.s = settings
         self.listeners = list(listeners or [])
         self.closers: list[Callable[[], None]] = []
+        self.decision_listeners: list[DecisionListener] = []
         self.gamma_target: float = (
             settings.gamma_target if settings.gamma_target is not None else DEFAULT_GAMMA_TARGET
         )
@@ -116,6 +126,8 @@ class ReconciliationJob:
             {"bootstrap.servers": settings.bootstrap_servers, **settings.extra_config}, settings.kafka
         )
         self.metrics = ResultMetrics()
+        self.live_model = LiveModel(settings, self.metrics, self.decision_listeners)
+        self._kpi: KpiConfig | None = None
         self.query: Any = None
         self.spark: Any = None
         self.batches_written = 0
@@ -128,14 +140,20 @@ class ReconciliationJob:
     # ---------------------------------------------------------------- per micro-batch (driver)
     def _on_batch(self, df: Any, batch_id: int) -> None:
         t0 = time.monotonic()
+        assert self._kpi is not None
+        config = self.live_model.begin_batch(batch_id, self._kpi)  # the model is fixed per micro-batch
+        if self.s.predict:
+            df = df.mapInPandas(make_predict_step(config, list(OUTPUT_COLUMNS)), OUTPUT_SCHEMA)
         rows = [_clean(r.asDict()) for r in df.collect()]
         results = [r for r in rows if r["kind"] == "result"]
         dead = [r for r in rows if r["kind"] == "dead_letter"]
         late = [r for r in rows if r["kind"] == "late"]
         producers = [r for r in rows if r["kind"] == "producer"]
+        self.live_model.annotate(results)
         assert self._kafka_sink is not None
         written = self._kafka_sink.write(batch_id, results, dead)
         self._parquet.write(batch_id, results)
+        self.live_model.store(batch_id, results, config)
         if written:
             self.metrics.observe(results, dead, late, producers)
             for r in results:
@@ -149,6 +167,7 @@ class ReconciliationJob:
                     )
             for listener in self.listeners:
                 listener(batch_id, results)
+        self.live_model.end_batch(batch_id)
         self.batches_written += 1
         self.last_batch_ms = (time.monotonic() - t0) * 1000
         self.metrics.batch.observe(time.monotonic() - t0)
@@ -177,6 +196,8 @@ class ReconciliationJob:
         )
         if s.metrics_port:
             self.metrics.serve(s.metrics_port, s.bind_address)
+        self._kpi = KpiConfig.from_settings(s, self.gamma_target)
+        self.live_model.open()
         self.spark = spark_session(
             s.master, s.shuffle_partitions, driver_host=s.driver_host, bind_address=s.bind_address
         )
@@ -205,11 +226,6 @@ class ReconciliationJob:
                 GroupStateTimeout.EventTimeTimeout,
             )
         )
-        if s.predict:
-            results = results.mapInPandas(
-                make_predict_step(KpiConfig.from_settings(s, self.gamma_target), list(OUTPUT_COLUMNS)),
-                OUTPUT_SCHEMA,
-            )
         self.query = (
             results.writeStream.queryName(s.query_name)
             .foreachBatch(self._on_batch)
@@ -244,7 +260,7 @@ class ReconciliationJob:
         return out
 
     def stop(self) -> None:
-        """Stop the query (finishing the running batch), the heartbeat and the sinks."""
+        """Stop the query (finishing the running batch), the heartbeat, the sinks and a retraining."""
         self._stop.set()
         if self.query is not None:
             # Let a running micro-batch finish (bounded): stopping mid-batch interrupts Spark's tasks,
@@ -265,6 +281,7 @@ class ReconciliationJob:
             self._heartbeat.join(10)
         if self._kafka_sink is not None:
             self._kafka_sink.close()
+        self.live_model.close()  # a running retraining is stopped (counted as killed)
         for close in reversed(self.closers):
             close()
 

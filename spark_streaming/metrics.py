@@ -8,6 +8,11 @@ predicted P_l / P_d with ``bound`` p05 / p50 / p95, gamma actual / predicted, th
 suggestion as an info-style gauge (value = predicted gamma after the change; absent when the newest
 window has none). Per producer (newest snapshot): the configuration in effect (``producer_info`` = 1),
 librdkafka's RTT and retries; series of producers silent for ``producer_ttl_s`` are removed.
+
+The model lifecycle (:mod:`spark_streaming.live_model`) adds, per model version: the rolling live MAE of
+P_l, the 90% interval's coverage and whether the version is calibrated; which version serves
+(``model_champion_info`` = 1); the final windows offered to the training store by outcome; the
+promotion decisions by outcome; the background retraining runs by result.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from audit_record import window_result
+from predictor.training_store import SKIP_REASONS
+from spark_streaming.retraining import RESULTS as RETRAIN_RESULTS
 
 LABELS = ("topic", "tier")
 BOUNDS = (("p05", "lo"), ("p50", ""), ("p95", "hi"))
@@ -171,6 +178,57 @@ class ResultMetrics:
             ("topic", "stage"),
             registry=r,
         )
+
+        self.training_windows = Counter(
+            "kafka_audit_training_windows_total",
+            "Final windows offered to the training store, by outcome: stored, or why not (a skip reason)",
+            ("outcome",),
+            registry=r,
+        )
+        self.model_live_mae = Gauge(
+            "kafka_audit_model_live_mae",
+            "Rolling live MAE of P_l (mean |P_l - R_l|, fraction) of a model version over its recent windows",
+            ("model_version",),
+            registry=r,
+        )
+        self.model_live_coverage = Gauge(
+            "kafka_audit_model_live_coverage",
+            "Share of a model version's recent windows whose R_l was inside its 90% interval of P_l",
+            ("model_version",),
+            registry=r,
+        )
+        self.model_calibrated = Gauge(
+            "kafka_audit_model_calibrated",
+            "1 while a model version is calibrated for this deployment (drift alerts fire), else 0",
+            ("model_version",),
+            registry=r,
+        )
+        self.model_champion_info = Gauge(
+            "kafka_audit_model_champion_info",
+            "The model version serving predictions (value 1)",
+            ("model_version",),
+            registry=r,
+        )
+        self.model_decisions = Counter(
+            "kafka_audit_model_decisions_total",
+            "Champion/challenger decisions of the retraining, by outcome (promoted, rejected)",
+            ("outcome",),
+            registry=r,
+        )
+        self.retrain_runs = Counter(
+            "kafka_audit_retrain_runs_total",
+            "Background retraining processes ended, by result (completed, failed, killed)",
+            ("result",),
+            registry=r,
+        )
+
+        # Known outcomes exported from the start at 0, so increase() sees their first event.
+        for outcome in ("stored", *SKIP_REASONS):
+            self.training_windows.labels(outcome)
+        for outcome in ("promoted", "rejected"):
+            self.model_decisions.labels(outcome)
+        for result in RETRAIN_RESULTS:
+            self.retrain_runs.labels(result)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         """Expose the registry on ``http://<addr>:<port>/metrics`` (loopback unless told otherwise)."""

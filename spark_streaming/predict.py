@@ -21,9 +21,13 @@ configuration it
    configuration change predicted to meet the target and stores it as structure (the new value of each
    changed property in ``suggested_*``, its predicted P_l and gamma) and in words (``suggestion``).
 
-The model is loaded once per Python worker (module-level cache) and only when a partition holds a
-final window. Nothing here fails a micro-batch: a failure leaves the prediction columns null, names its
-stage in the row's ``predict_stage`` (``model``, ``input``, ``predict``, ``kpi`` or ``suggest``), which
+Every predicted row carries ``model_version``: the version of the model that made it (the model
+registry's champion the driver chose for the micro-batch, ``shipped`` for the shipped model; see
+:mod:`spark_streaming.live_model`). The model is loaded once per Python worker and model directory
+(module-level cache of the few newest) and only when a partition holds a final window.
+
+Nothing here fails a micro-batch: a failure leaves the prediction columns null, names its stage in the
+row's ``predict_stage`` (``model``, ``input``, ``predict``, ``kpi`` or ``suggest``), which
 the driver counts (``kafka_audit_prediction_failures_total``), and says why in ``predict_error``.
 """
 
@@ -39,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from audit_record import window_result
+from predictor.registry import SHIPPED_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +69,8 @@ class KpiConfig:
         message_size_bytes: Message size M when a window has none, bytes.
         topics: topic -> (stream_type or None, gamma_target or None, message_size_bytes or None).
         model_dir: Predictor model directory (None: the shipped default).
+        model_version: Version written to ``model_version`` of the predicted rows (None: the loaded
+            model's card ``version``, else ``shipped``).
     """
 
     stream_type: str = "default"
@@ -71,6 +78,7 @@ class KpiConfig:
     message_size_bytes: float = 1_000.0
     topics: dict[str, tuple[str | None, float | None, float | None]] = field(default_factory=dict)
     model_dir: str | None = None
+    model_version: str | None = None
 
     @classmethod
     def from_settings(cls, settings: Any, gamma_target: float) -> KpiConfig:
@@ -284,6 +292,9 @@ def add_predictions(
             predictor = load()
         except Exception as exc:  # a missing or broken model must not fail the batch
             _error(out, rows, "model", exc)
+    if predictor is not None:
+        out["model_version"] = out["model_version"].astype("object")
+        out.loc[rows, "model_version"] = config.model_version or _version_of(predictor)
     pred: pd.DataFrame | None = None
     if predictor is not None:
         bad_acks = features["acks"].isna()
@@ -327,27 +338,49 @@ def add_predictions(
     return out.drop(columns=["_L", "_D", "_M"])
 
 
+def _version_of(predictor: PredictorLike) -> str:
+    """Return a loaded model's version: its card's ``version``, else ``shipped`` (the base model)."""
+    card = getattr(predictor, "card", None)
+    version = card.get("version") if isinstance(card, dict) else None
+    return str(version) if version else SHIPPED_VERSION
+
+
 # ---------------------------------------------------------------------------------------------- in Spark
-_MODELS: dict[str | None, Any] = {}
+_MODELS: dict[tuple[str | None, int], Any] = {}
+MODELS_CACHED = 3
+"""Models kept per process: the serving one and the ones before it (a hot swap loads the next)."""
 
 
 def load_model(model_dir: str | None) -> Any:
     """Return the predictor of ``model_dir`` (None: the shipped default), loaded once per process.
 
-    In a Spark Python worker this is once per worker (workers are reused across tasks). Torch runs on
-    one thread: Spark already runs one task per core.
+    In a Spark Python worker this is once per worker (workers are reused across tasks) and model
+    directory (and weights file: a directory whose weights were replaced is loaded again). The
+    :data:`MODELS_CACHED` most recently loaded stay cached. Torch runs on one thread: Spark already
+    runs one task per core.
 
     Raises:
         ConfigError: if the directory is not a model directory.
     """
-    if model_dir not in _MODELS:
-        import torch
+    from predictor.model import MODEL_FILE
 
-        from predictor.model import Predictor, default_predictor
+    try:
+        stamp = (Path(model_dir) / MODEL_FILE).stat().st_mtime_ns if model_dir is not None else 0
+    except OSError:
+        stamp = -1  # Predictor.load says what is wrong
+    key = (model_dir, stamp)
+    if key in _MODELS:
+        _MODELS[key] = _MODELS.pop(key)  # newest last
+        return _MODELS[key]
+    import torch
 
-        torch.set_num_threads(1)
-        _MODELS[model_dir] = default_predictor() if model_dir is None else Predictor.load(Path(model_dir))
-    return _MODELS[model_dir]
+    from predictor.model import Predictor, default_predictor
+
+    torch.set_num_threads(1)
+    _MODELS[key] = default_predictor() if model_dir is None else Predictor.load(Path(model_dir))
+    while len(_MODELS) > MODELS_CACHED:
+        del _MODELS[next(iter(_MODELS))]
+    return _MODELS[key]
 
 
 def make_predict_step(

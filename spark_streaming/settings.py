@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from audit_record import DEFAULT_AUDIT_TOPIC, DEFAULT_DLQ_TOPIC
@@ -73,6 +73,26 @@ class SparkJobSettings(BaseSettings):
         message_size_bytes: Message size M when the producers report no bytes, bytes.
         topic_kpi: Per-topic overrides, topic -> :class:`TopicKpi`
             (``KAFKA_AUDIT_SPARK_TOPIC_KPI='{"orders": {"stream_type": "weblog", "gamma_target": 0.95}}'``).
+        training_dir: Training store: every eligible final window, Parquet by ``date=YYYY-MM-DD``
+            (:mod:`predictor.training_store`). Default: ``training`` beside the checkpoint directory.
+        model_registry_dir: Versioned models, the champion and the decisions
+            (:mod:`predictor.registry`); the job serves its champion, read at every micro-batch.
+            Default: ``models`` beside the checkpoint directory.
+        training_min_messages: A final window with fewer messages sent is not stored for training.
+        retrain: Retrain in the background (``kafka-audit predictor retrain --registry ...``, one
+            process at a time) every ``retrain_every_windows`` new stored windows, or every
+            ``retrain_every_minutes`` once ``retrain_min_windows`` new ones are stored.
+        retrain_every_windows: New stored windows that start a retraining.
+        retrain_every_minutes: Minutes after which a retraining starts with at least
+            ``retrain_min_windows`` new stored windows.
+        retrain_min_windows: See ``retrain_every_minutes``; also the retraining's ``--min-windows``.
+        retrain_data: Base data of the retraining beside the paper's ``data/wu2020/experiments.csv``
+            (testbed grid CSVs, same columns).
+        calibration_windows: Rolling window of the live calibration check, final windows per model
+            version.
+        calibration_max_mae: A model version is calibrated for this deployment (``model_calibrated``;
+            drift alerts fire only then) while its rolling live MAE(P_l) is below this, with at least
+            10 windows seen.
     """
 
     model_config = SettingsConfigDict(env_prefix="KAFKA_AUDIT_SPARK_", frozen=True)
@@ -103,3 +123,27 @@ class SparkJobSettings(BaseSettings):
     gamma_target: float | None = Field(None, gt=0.0, le=1.0)
     message_size_bytes: float = Field(1_000.0, gt=0.0)
     topic_kpi: dict[str, TopicKpi] = Field(default_factory=dict)
+    training_dir: Path = Path("var/spark/training")
+    model_registry_dir: Path = Path("var/spark/models")
+    training_min_messages: int = Field(500, ge=1)
+    retrain: bool = True
+    retrain_every_windows: int = Field(200, ge=1)
+    retrain_every_minutes: float = Field(60.0, gt=0.0)
+    retrain_min_windows: int = Field(50, ge=3)
+    retrain_data: list[Path] = Field(default_factory=list)
+    calibration_windows: int = Field(30, ge=1)
+    calibration_max_mae: float = Field(0.05, gt=0.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _beside_the_checkpoint(cls, data: Any) -> Any:
+        """Default ``training_dir`` and ``model_registry_dir`` to siblings of ``checkpoint_dir``."""
+        if not isinstance(data, dict):
+            return data
+        checkpoint = Path(data.get("checkpoint_dir") or cls.model_fields["checkpoint_dir"].default)
+        out = dict(data)
+        if out.get("training_dir") is None:
+            out["training_dir"] = checkpoint.parent / "training"
+        if out.get("model_registry_dir") is None:
+            out["model_registry_dir"] = checkpoint.parent / "models"
+        return out

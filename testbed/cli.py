@@ -204,13 +204,42 @@ def run(
         str | None,
         typer.Option(help="TCP congestion control of the producer's namespace (default: cubic)."),
     ] = None,
+    retrain: Annotated[
+        bool,
+        typer.Option(
+            help="Store the final windows for training and retrain in the background into "
+            "--model-registry-dir (kept across runs); the job serves that registry's champion."
+        ),
+    ] = False,
+    model_registry_dir: Annotated[
+        Path, typer.Option(help="Model registry of --retrain (outside --data-dir, which is wiped).")
+    ] = Path("var/testbed/models"),
+    training_dir: Annotated[
+        Path, typer.Option(help="Training store of --retrain (outside --data-dir).")
+    ] = Path("var/testbed/training"),
+    retrain_every_windows: Annotated[
+        int, typer.Option(help="Retrain every N new stored windows.", min=1)
+    ] = 200,
+    retrain_min_windows: Annotated[
+        int, typer.Option(help="Fewest local windows a retraining needs.", min=1)
+    ] = 50,
+    training_min_messages: Annotated[
+        int, typer.Option(help="Fewest messages for a window to be stored for training.", min=1)
+    ] = 500,
+    retrain_data: Annotated[
+        list[Path] | None,
+        typer.Option(help="Base CSV beside the paper's for retraining (a testbed grid; repeatable)."),
+    ] = None,
+    wait_for_retrain_s: Annotated[
+        float, typer.Option(help="At the end, wait this long for a running retraining, s.")
+    ] = 300.0,
 ) -> None:
     """Run a scenario: impaired audited producers, audit consumer, Spark job; compare with the verifier."""
     import shutil
 
     from testbed.lab import Lab
     from testbed.netns import DEFAULT_CONGESTION_CONTROL
-    from testbed.run import run_scenario
+    from testbed.run import ModelLifecycle, run_scenario
     from testbed.scenario import load_scenario
 
     try:
@@ -226,7 +255,22 @@ def run(
             cc = congestion_control or DEFAULT_CONGESTION_CONTROL
             lab = Lab(data_dir, brokers=brokers, congestion_control=cc)
         with lab:
-            result = run_scenario(sc, lab, variant, spark=spark, work_dir=data_dir, log=console.log)
+            lifecycle = (
+                ModelLifecycle(
+                    model_registry_dir,
+                    training_dir,
+                    retrain_every_windows=retrain_every_windows,
+                    retrain_min_windows=retrain_min_windows,
+                    training_min_messages=training_min_messages,
+                    retrain_data=tuple(retrain_data or ()),
+                    wait_for_retrain_s=wait_for_retrain_s,
+                )
+                if retrain
+                else None
+            )
+            result = run_scenario(
+                sc, lab, variant, spark=spark, work_dir=data_dir, log=console.log, lifecycle=lifecycle
+            )
     except KeyboardInterrupt:
         err_console.print("interrupted; the namespaces and the cluster were removed")
         raise typer.Exit(130) from None
@@ -309,6 +353,41 @@ def cleanup() -> None:
     except KafkaAuditError as exc:
         raise _fail(exc) from exc
     console.print(f"removed {len(removed)} namespace(s): {', '.join(removed) or '-'}")
+
+
+@testbed_app.command("learn-report")
+def learn_report(
+    registry: Annotated[Path, typer.Option(help="Model registry the --retrain runs filled.")] = Path(
+        "var/testbed/models"
+    ),
+    holdout: Annotated[
+        Path, typer.Option(help="Training store of the held-out run (run with its own --training-dir).")
+    ] = Path("var/testbed/training-holdout"),
+    training: Annotated[Path, typer.Option(help="Training store of the training runs.")] = Path(
+        "var/testbed/training"
+    ),
+    out: Annotated[Path, typer.Option(help="Where the run data and summary.json go.")] = Path(
+        "var/testbed/learning"
+    ),
+) -> None:
+    """Score the retrained champion against the shipped model on a held-out run's final windows."""
+    from testbed.learning import evaluate_learning
+
+    try:
+        summary = evaluate_learning(registry, holdout, training, out)
+    except KafkaAuditError as exc:
+        raise _fail(exc) from exc
+    table = Table(title=f"held-out windows ({summary['holdout_windows']}): MAE(P_l) and 90% coverage")
+    for col in ("model", "windows", "MAE P_l", "coverage 90%"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for s in summary["holdout"]:
+        table.add_row(s["model"], str(s["n"]), f"{s['mae_p_loss']:.4f}", f"{s['coverage_90_p_loss']:.0%}")
+    console.print(table)
+    paper = summary["paper_heldout"]
+    console.print(
+        f"paper held-back split ({paper['n']} rows): MAE P_l champion {paper['mae_p_loss_champion']:.4f}, "
+        f"shipped {paper['mae_p_loss_shipped']:.4f}; run data in {out}"
+    )
 
 
 def register(app: typer.Typer) -> None:

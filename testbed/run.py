@@ -6,7 +6,13 @@ scenario's stages (one producer process per stage in the impaired namespace); th
 window of the load is final and compare, window by window, the audit pipeline's R_l and R_d with the
 verifier's (which reads every message's stamp). Results: ``stages.json`` (per stage: configuration,
 network, sent / unique / duplicated from the verifier, R_l, R_d) and ``windows.csv`` (per window:
-audit pipeline vs verifier) in the output directory.
+audit pipeline vs verifier, with the job's prediction and the model version that made it) in the
+output directory.
+
+With :class:`ModelLifecycle` (``kafka-audit testbed run --retrain``) the job also fills a training
+store and retrains in the background into a model registry; both live outside the (wiped) work
+directory, so scenario after scenario trains the same registry and a later run is served by its
+champion.
 """
 
 from __future__ import annotations
@@ -70,6 +76,8 @@ class WindowComparison:
             as late, not as received; the verifier counts them): non-zero explains a difference.
         p_loss: Predicted P_l of the final window, if the job predicted one.
         gamma_actual: KPI gamma from R_l, R_d, if the job computed it.
+        model_version: Version of the model that predicted ``p_loss`` (``shipped``, ``v0001``...).
+        model_calibrated: Whether that model counted as calibrated for this deployment then.
     """
 
     window_start_ms: int
@@ -81,6 +89,8 @@ class WindowComparison:
     audit_late: int | None = None
     p_loss: float | None = None
     gamma_actual: float | None = None
+    model_version: str | None = None
+    model_calibrated: bool | None = None
 
     @property
     def exact(self) -> bool:
@@ -89,6 +99,44 @@ class WindowComparison:
             self.truth_loss_rate,
             self.truth_duplicate_rate,
         )
+
+
+@dataclass(frozen=True)
+class ModelLifecycle:
+    """Retraining in the scenario's Spark job (``SparkJobSettings`` model-lifecycle keys).
+
+    Attributes:
+        registry_dir: Model registry (kept across runs).
+        training_dir: Training store (kept across runs).
+        retrain: Retrain in the background (else only store windows and serve the registry's champion).
+        retrain_every_windows: New stored windows that start a retraining.
+        retrain_min_windows: Fewest new windows for the timed retraining, and the retraining's minimum.
+        training_min_messages: Fewest messages for a window to be stored.
+        retrain_data: Base CSVs beside the paper's (testbed grids).
+        wait_for_retrain_s: After the last window is final, wait this long for a running retraining
+            to finish (its decision recorded) before stopping the job, s.
+    """
+
+    registry_dir: Path
+    training_dir: Path
+    retrain: bool = True
+    retrain_every_windows: int = 200
+    retrain_min_windows: int = 50
+    training_min_messages: int = 500
+    retrain_data: tuple[Path, ...] = ()
+    wait_for_retrain_s: float = 0.0
+
+    def job_settings(self) -> dict[str, Any]:
+        """Return the ``SparkJobSettings`` keywords."""
+        return {
+            "model_registry_dir": self.registry_dir,
+            "training_dir": self.training_dir,
+            "retrain": self.retrain,
+            "retrain_every_windows": self.retrain_every_windows,
+            "retrain_min_windows": self.retrain_min_windows,
+            "training_min_messages": self.training_min_messages,
+            "retrain_data": list(self.retrain_data),
+        }
 
 
 @dataclass
@@ -131,6 +179,7 @@ def run_scenario(
     work_dir: Path = Path("var/testbed/run"),
     log: Callable[[str], None] = print,
     final_timeout_s: float = 300.0,
+    lifecycle: ModelLifecycle | None = None,
 ) -> ScenarioResult:
     """Run ``scenario`` in ``lab`` and compare the audit pipeline with the verifier.
 
@@ -142,6 +191,8 @@ def run_scenario(
         work_dir: Spark checkpoint and Parquet directory.
         log: Progress messages.
         final_timeout_s: Deadline for every window to be final after the load, s.
+        lifecycle: Training store, registry and retraining of the Spark job (None: the job's defaults
+            inside ``work_dir``, no retraining).
 
     Raises:
         ConfigError: for an unknown variant.
@@ -170,8 +221,9 @@ def run_scenario(
     job = None
     finals: dict[tuple[str, int, str], dict[str, Any]] = {}
     if spark:
-        job = _start_job(lab, scenario, work_dir, finals)
-        log("Spark reconciliation job running")
+        job = _start_job(lab, scenario, work_dir, finals, lifecycle)
+        serving = job.live_model.serving.version if job.live_model.serving else "-"
+        log(f"Spark reconciliation job running (model {serving})")
     result = ScenarioResult(scenario.name, variant, topic)
     try:
         outcomes = _run_stages(scenario, lab, topic, variant, log)
@@ -220,8 +272,12 @@ def run_scenario(
                     row.get("late"),
                     row.get("p_loss"),
                     row.get("gamma_actual"),
+                    row.get("model_version"),
+                    row.get("model_calibrated"),
                 )
             )
+        if job is not None and lifecycle is not None and lifecycle.wait_for_retrain_s > 0:
+            _wait_for_retraining(job, lifecycle.wait_for_retrain_s, log)
     finally:
         stop.set()
         if job is not None:
@@ -232,8 +288,24 @@ def run_scenario(
     return result
 
 
+def _wait_for_retraining(job: Any, timeout_s: float, log: Callable[[str], None]) -> None:
+    """Wait (bounded) until the job has no retraining running: its decision is then recorded."""
+    if not job.live_model.process.running:
+        return
+    log(f"waiting up to {timeout_s:.0f} s for the running retraining")
+    deadline = time.monotonic() + timeout_s
+    while job.live_model.process.running and time.monotonic() < deadline:  # reaped between micro-batches
+        if job.exception() is not None:
+            raise KafkaAuditError(f"the Spark job failed: {job.exception()}")
+        time.sleep(1.0)
+
+
 def _start_job(
-    lab: Lab, scenario: Scenario, work_dir: Path, finals: dict[tuple[str, int, str], dict[str, Any]]
+    lab: Lab,
+    scenario: Scenario,
+    work_dir: Path,
+    finals: dict[tuple[str, int, str], dict[str, Any]],
+    lifecycle: ModelLifecycle | None = None,
 ) -> Any:
     from spark_streaming.job import ReconciliationJob
     from spark_streaming.settings import SparkJobSettings
@@ -254,6 +326,7 @@ def _start_job(
         metrics_port=0,
         checkpoint_dir=work_dir / "spark" / "checkpoint",
         parquet_dir=work_dir / "spark" / "results",
+        **(lifecycle.job_settings() if lifecycle is not None else {"retrain": False}),
     )
     job = ReconciliationJob(s, listeners=[on_results])
     job.start()

@@ -76,6 +76,7 @@ def substitute(expr: str, topic: str) -> str:
         ("$tier", f"cluster:{CLUSTER}"),
         ("$cluster", CLUSTER),
         ("$producer", ".*"),  # "All"
+        ("$model_version", ".*"),  # "All"
     ):
         expr = expr.replace(name, value)
     assert "$" not in expr, expr

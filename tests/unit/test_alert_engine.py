@@ -198,9 +198,18 @@ def test_drift_fires_after_k_consecutive_windows_outside_interval(settings):
     engine = AlertEngine(settings)
 
     def outside(i, loss=0.15):
-        return window(i, loss_rate=loss, unique=1000 * (1 - loss), completeness=1 - loss)
+        return window(
+            i, loss_rate=loss, unique=1000 * (1 - loss), completeness=1 - loss, model_calibrated=True
+        )
 
-    rows = [outside(0), outside(1), window(2), outside(3), outside(4), outside(5, loss=0.2)]
+    rows = [
+        outside(0),
+        outside(1),
+        window(2, model_calibrated=True),
+        outside(3),
+        outside(4),
+        outside(5, loss=0.2),
+    ]
     per_call = [only(evs, PREDICTION_DRIFT) for evs in feed(engine, rows)]
     # the good window 2 breaks the streak: fires only at the third consecutive outside window
     assert [len(x) for x in per_call] == [0, 0, 0, 0, 0, 1]
@@ -210,12 +219,69 @@ def test_drift_fires_after_k_consecutive_windows_outside_interval(settings):
 
 
 def test_drift_below_interval_and_tolerance():
-    rows = [window(i, loss_rate=0.0, p_loss_lo=0.05, p_loss_hi=0.2) for i in range(3)]
+    rows = [window(i, loss_rate=0.0, p_loss_lo=0.05, p_loss_hi=0.2, model_calibrated=True) for i in range(3)]
     engine = AlertEngine(AlertSettings(drift_windows=3))
     events = [e for evs in feed(engine, rows) for e in only(evs, PREDICTION_DRIFT)]
     assert len(events) == 1 and "below" in events[0].summary
     tolerant = AlertEngine(AlertSettings(drift_windows=3, drift_tolerance=0.06))
     assert [e for evs in feed(tolerant, rows) for e in only(evs, PREDICTION_DRIFT)] == []
+
+
+def _drifting(i: int, calibrated: bool | None, loss: float = 0.15, version: str = "v0003") -> dict[str, Any]:
+    """Final window i with R_l far above the predicted interval [0%, 1%] of model ``version``."""
+    return window(
+        i,
+        loss_rate=loss,
+        unique=1000 * (1 - loss),
+        completeness=1 - loss,
+        model_version=version,
+        model_calibrated=calibrated,
+    )
+
+
+def _drift_events(engine: AlertEngine, rows: list[dict[str, Any]]) -> list[list[Any]]:
+    return [only(evs, PREDICTION_DRIFT) for evs in feed(engine, rows)]
+
+
+def test_drift_never_fires_while_the_model_is_calibrating(settings):
+    engine = AlertEngine(settings)
+    rows = [_drifting(i, calibrated=False) for i in range(10)] + [_drifting(10, calibrated=None)]
+    assert all(evs == [] for evs in _drift_events(engine, rows))
+    assert (PREDICTION_DRIFT, "t", "cluster:a") not in engine.firing()
+    # unknown observations leave the machine as it was: inactive, no streak
+    assert engine.states()[(PREDICTION_DRIFT, "t", "cluster:a")] is AlertState.INACTIVE
+
+
+def test_drift_fires_once_the_model_is_calibrated(settings):
+    engine = AlertEngine(settings)
+    rows = [_drifting(i, calibrated=False) for i in range(5)]
+    rows += [_drifting(i, calibrated=True) for i in range(5, 8)]
+    per_call = _drift_events(engine, rows)
+    assert [len(x) for x in per_call] == [0, 0, 0, 0, 0, 0, 0, 1]  # k = 3 calibrated windows
+    (ev,) = per_call[7]
+    assert ev.status is AlertStatus.FIRING and ev.window_start_ms == T0 + 7 * W
+    assert "of model v0003 (calibrated)" in ev.description
+
+
+def test_drift_switching_back_to_calibrating_does_not_fire_or_resolve(settings):
+    engine = AlertEngine(settings)
+    # two calibrated windows outside: pending; then the model calibrates again (a promotion): nothing
+    rows = [_drifting(0, calibrated=True), _drifting(1, calibrated=True)]
+    rows += [_drifting(i, calibrated=False, version="v0004") for i in range(2, 12)]
+    assert all(evs == [] for evs in _drift_events(engine, rows))
+    assert engine.states()[(PREDICTION_DRIFT, "t", "cluster:a")] is AlertState.PENDING
+    # a firing drift alert neither resolves on calibrating windows inside the interval
+    firing = AlertEngine(AlertSettings(drift_windows=1, drift_keep_firing_windows=1))
+    per_call = _drift_events(
+        firing,
+        [
+            _drifting(0, calibrated=True),
+            window(1, model_calibrated=False),
+            window(2, model_calibrated=None),
+            window(3, model_calibrated=True),
+        ],
+    )
+    assert [[e.status for e in x] for x in per_call] == [[AlertStatus.FIRING], [], [], [AlertStatus.RESOLVED]]
 
 
 def test_unaudited_producers(settings):

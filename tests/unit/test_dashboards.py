@@ -46,6 +46,13 @@ CONTRACT_METRICS = {
     "kafka_audit_producer_rtt_seconds",
     "kafka_audit_producer_tx_retries",
     "kafka_audit_suggestion_info",
+    "kafka_audit_training_windows_total",
+    "kafka_audit_model_live_mae",
+    "kafka_audit_model_live_coverage",
+    "kafka_audit_model_calibrated",
+    "kafka_audit_model_champion_info",
+    "kafka_audit_model_decisions_total",
+    "kafka_audit_retrain_runs_total",
 }
 ALERT_NAMES = {
     "KafkaAuditCompletenessBelowTarget",
@@ -66,11 +73,27 @@ def models():
     return dashboards()
 
 
-def test_two_dashboards_with_stable_uids_and_titles(models):
+def test_three_dashboards_with_stable_uids_and_titles(models):
     assert {m["uid"]: m["title"] for m in models.values()} == {
         "kafka-audit-completeness": "Kafka completeness",
         "kafka-audit-producers": "Producer reliability",
+        "kafka-audit-model": "Predictor model",
     }
+
+
+def test_contract_metrics_are_the_exporters():
+    """Every metric the dashboards may query is registered by the Spark job's or the alerts' exporter."""
+    from prometheus_client import CollectorRegistry
+
+    from alerts.metrics import AlertMetrics
+    from spark_streaming.metrics import ResultMetrics
+
+    job = ResultMetrics().registry
+    alerts = CollectorRegistry()
+    AlertMetrics(alerts)
+    exported = set(job._names_to_collectors) | set(alerts._names_to_collectors)
+    missing = CONTRACT_METRICS - exported
+    assert not missing, missing
 
 
 def test_every_query_uses_only_contract_metrics(models):
@@ -104,6 +127,13 @@ def test_every_query_uses_only_contract_metrics(models):
         "kafka_audit_producer_rtt_seconds",
         "kafka_audit_producer_tx_retries",
         "kafka_audit_suggestion_info",
+        "kafka_audit_model_live_mae",
+        "kafka_audit_model_live_coverage",
+        "kafka_audit_model_calibrated",
+        "kafka_audit_model_champion_info",
+        "kafka_audit_model_decisions_total",
+        "kafka_audit_retrain_runs_total",
+        "kafka_audit_training_windows_total",
     ):
         assert needed in used, needed
 
@@ -134,8 +164,10 @@ def test_panels_have_ids_datasource_and_the_alert_annotation(models):
             if panel["type"] != "row":
                 assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
                 assert [t["refId"] for t in panel["targets"]] == list("ABCD"[: len(panel["targets"])])
-    [annotation] = models["kafka-audit-completeness"]["annotations"]["list"]
+    annotation, promotions = models["kafka-audit-completeness"]["annotations"]["list"]
     assert "kafka_audit_alerts_firing" in annotation["expr"] and annotation["titleFormat"] == "{{alertname}}"
+    assert annotation["tagKeys"] == "topic,tier,severity"
+    assert promotions["name"] == "Model promotions" and promotions["enable"] is True
 
 
 def test_interval_band_between_p05_and_p95(models):
@@ -146,11 +178,52 @@ def test_interval_band_between_p05_and_p95(models):
     assert {"id": "custom.fillBelowTo", "value": "P_l p05"} in upper["properties"]
 
 
+def test_model_dashboard_views(models):
+    model = models["kafka-audit-model"]
+    by_title = {p["title"]: p for p in model["panels"] if p["type"] != "row"}
+    exprs = {title: [t["expr"] for t in p["targets"]] for title, p in by_title.items()}
+    # live MAE and coverage per model version over time
+    assert exprs["Live MAE(P_l) per model version"] == [
+        'kafka_audit_model_live_mae{model_version=~"$model_version"}'
+    ]
+    assert by_title["Live MAE(P_l) per model version"]["targets"][0]["legendFormat"] == "{{model_version}}"
+    coverage = by_title["90% interval coverage per model version"]["fieldConfig"]["defaults"]
+    assert [s["value"] for s in coverage["thresholds"]["steps"]] == [None, 0.8, 0.97]
+    assert coverage["custom"]["thresholdsStyle"] == {"mode": "dashed"}
+    # the serving version and its calibrated state, as words
+    serving = by_title["Serving model"]
+    assert "kafka_audit_model_champion_info == 1" in serving["targets"][0]["expr"]
+    texts = {v["text"] for m in serving["fieldConfig"]["defaults"]["mappings"] for v in m["options"].values()}
+    assert texts == {"calibrating", "calibrated"}
+    assert serving["options"]["textMode"] == "value_and_name"
+    # retraining: decisions, runs, training windows by outcome
+    assert "kafka_audit_model_decisions_total" in exprs["Champion / challenger decisions"][0]
+    assert "sum by (result)" in exprs["Retraining runs by result"][0]
+    assert "sum by (outcome)" in exprs["Training windows by outcome"][0]
+    # predicted vs actual R_l per topic (a repeated row)
+    rows = [p for p in model["panels"] if p["type"] == "row"]
+    assert any(r.get("repeat") == "topic" for r in rows)
+    assert "P_l p95" in [t["legendFormat"] for t in by_title["R_l actual vs predicted P_l"]["targets"]]
+    # promotions (on) and rejections (off) as annotations titled with the serving model version
+    promotions, rejections = model["annotations"]["list"]
+    assert (promotions["name"], promotions["enable"], rejections["enable"]) == (
+        "Model promotions",
+        True,
+        False,
+    )
+    assert 'kafka_audit_model_decisions_total{outcome="promoted"}' in promotions["expr"]
+    assert promotions["titleFormat"] == "model {{model_version}} promoted"
+    assert promotions["tagKeys"] == "model_version" and promotions["useValueForTime"] is False
+    variables = {v["name"] for v in model["templating"]["list"]}
+    assert variables == {"datasource", "cluster", "topic", "tier", "model_version"}
+
+
 def test_build_writes_dashboards_and_provisioning(tmp_path):
     written = build(tmp_path / "out", prometheus_url="http://prometheus:9090", grafana_dir="/etc/ka/grafana")
     names = sorted(str(p.relative_to(tmp_path / "out")) for p in written)
     assert names == [
         "dashboards/kafka-audit-completeness.json",
+        "dashboards/kafka-audit-model.json",
         "dashboards/kafka-audit-producers.json",
         "prometheus/kafka-audit-rules.yml",
         "provisioning/dashboards/kafka-audit.yaml",
@@ -315,9 +388,10 @@ def test_push_creates_folder_once_and_overwrites_by_uid(grafana, models):
     assert [(d.uid, d.version) for d in first] == [
         ("kafka-audit-completeness", 1),
         ("kafka-audit-producers", 1),
+        ("kafka-audit-model", 1),
     ]
     second = push(url, GOOD, models, folder="Kafka Audit")
-    assert [d.version for d in second] == [2, 2]
+    assert [d.version for d in second] == [2, 2, 2]
     created = [f for f in state["folders"] if f["title"] == "Kafka Audit"]
     assert len(created) == 1 and created[0]["uid"] == "kafka-audit"
     assert set(state["dashboards"]) == set(models)
@@ -377,7 +451,7 @@ def test_cli_push_ok(grafana, monkeypatch):
     result = CliRunner().invoke(app, ["dashboards", "push", "--url", url, "--folder", "kafka-audit"])
     assert result.exit_code == 0, result.output
     assert "kafka-audit-completeness" in result.output and GOOD not in result.output
-    assert len(state["dashboards"]) == 2
+    assert len(state["dashboards"]) == 3
 
 
 def test_json_decodes_with_the_sdk_grafana_schema(models):

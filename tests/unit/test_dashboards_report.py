@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,8 +14,18 @@ import pytest
 from typer.testing import CliRunner
 
 from audit_record.window_result import LIVE_COMPARISON_FIELDS as PREDICTION_COLUMNS
+from audit_record.window_result import MODEL_FIELDS
 from dashboards.report import render
-from dashboards.report_data import load_alerts, load_results, parse_since
+from dashboards.report_data import (
+    UNKNOWN_VERSION,
+    load_alerts,
+    load_results,
+    parse_since,
+    predicted_windows,
+    rolling_accuracy,
+    topic_accuracy,
+    version_summary,
+)
 from kafka_audit.cli import app
 from kafka_plumbing.errors import ConfigError
 from spark_streaming.sinks import PARQUET_SCHEMA, ParquetResultSink
@@ -202,3 +213,96 @@ def test_cli_report(results_dir, tmp_path):
     assert "KafkaAuditGammaBelowTarget" in page and "raise batch.num.messages 1 -&gt; 4" in page
     bad = CliRunner().invoke(app, ["report", "--since", "soon", "--results-dir", str(results_dir)])
     assert bad.exit_code == 2 and "--since" in bad.output
+
+
+# ------------------------------------------------------------------------------------ predictor model
+def write_without_model_fields(root: Path, batch_id: int, rows: list[dict]) -> None:
+    """Write rows as results written before ``model_version`` / ``model_calibrated`` existed."""
+    schema = pa.schema([f for f in PARQUET_SCHEMA if f.name not in MODEL_FIELDS])
+    day = datetime.fromtimestamp(rows[0]["window_start_ms"] / 1000, UTC).strftime("%Y-%m-%d")
+    folder = root / f"date={day}"
+    folder.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pylist([{f.name: r.get(f.name) for f in schema} for r in rows], schema=schema)
+    pq.write_table(table, folder / f"batch-{batch_id:012d}.parquet")
+
+
+def predicted(topic: str, i: int, start: int, loss: float, p: float, lo: float, hi: float, **kw) -> dict:
+    sent = 1000
+    return result_row(
+        topic,
+        start + i * WINDOW_MS,
+        sent,
+        round(sent * (1 - loss)),
+        p_loss=p,
+        p_loss_lo=lo,
+        p_loss_hi=hi,
+        **kw,
+    )
+
+
+@pytest.fixture
+def model_results(tmp_path) -> Path:
+    """Three stretches: predictions before model_version existed, the shipped model calibrating (badly
+    off: P_l 0.6 where 10% were lost), then v0001 calibrated (P_l within 1 point)."""
+    root = tmp_path / "model-results"
+    start = NOW_MS - NOW_MS % WINDOW_MS - 40 * WINDOW_MS
+    write_without_model_fields(
+        root, 1, [predicted("orders", i, start, 0.1, 0.12, 0.05, 0.2) for i in range(5)]
+    )
+    shipped = [
+        predicted("orders", i, start, 0.1, 0.6, 0.5, 0.7, model_version="shipped", model_calibrated=False)
+        for i in range(5, 15)
+    ]
+    v1 = [
+        predicted(t, i, start, 0.1, 0.11, 0.08, 0.14, model_version="v0001", model_calibrated=i >= 20)
+        for i in range(15, 30)
+        for t in ("orders", "clicks")
+    ]
+    v1[-1] |= {"loss_rate": 0.3, "unique": 700, "completeness": 0.7}  # one window outside its interval
+    write_with_predictions(root, 2, shipped)
+    write_with_predictions(root, 3, v1)
+    return root
+
+
+def test_model_accuracy_per_version_with_results_before_model_version(model_results):
+    results = load_results(model_results, None, NOW)
+    assert results["model_version"].isna().sum() == 5  # the old files read all the same
+    scored = predicted_windows(results)
+    assert list(dict.fromkeys(scored["version"])) == [UNKNOWN_VERSION, "shipped", "v0001"]
+    versions = version_summary(scored).set_index("version")
+    assert list(versions.index) == [UNKNOWN_VERSION, "shipped", "v0001"]
+    assert versions.loc["shipped", "windows"] == 10 and versions.loc["v0001", "windows"] == 30
+    assert versions.loc["shipped", "mae"] == pytest.approx(0.5)
+    assert versions.loc["shipped", "coverage"] == 0.0 and versions.loc["shipped", "calibrated"] == 0.0
+    assert versions.loc["v0001", "mae"] == pytest.approx((29 * 0.01 + 0.19) / 30)
+    assert versions.loc["v0001", "coverage"] == pytest.approx(29 / 30)
+    assert versions.loc["v0001", "calibrated"] == pytest.approx(20 / 30)
+    assert math.isnan(versions.loc[UNKNOWN_VERSION, "calibrated"])
+    rolling = rolling_accuracy(scored, windows=4)
+    v1 = rolling[rolling["version"] == "v0001"]
+    assert len(v1) == 30 and v1["mae"].iloc[0] == pytest.approx(0.01)
+    assert v1["mae"].iloc[-1] == pytest.approx((3 * 0.01 + 0.19) / 4)
+    assert list(v1["window_end_ms"]) == sorted(v1["window_end_ms"])
+    topics = topic_accuracy(scored).set_index("topic")
+    assert topics.loc["orders", "versions"] == f"{UNKNOWN_VERSION}, shipped, v0001"
+    assert topics.loc["clicks", "versions"] == "v0001" and topics.loc["clicks", "windows"] == 15
+
+
+def test_render_model_section(model_results):
+    page = render(load_results(model_results, None, NOW), load_alerts(None), None, NOW)
+    assert "Predictor model: live MAE(P_l) and 90% coverage per model version" in page
+    alts = re.findall(r'<img alt="([^"]+)"', page)
+    assert "live MAE and coverage per model version" in alts
+    assert "predicted vs actual R_l per topic" in alts
+    assert "<td>v0001</td><td>30</td>" in page and f"<td>{UNKNOWN_VERSION}</td><td>5</td>" in page
+    assert "<td>50.000%</td><td>0.000%</td><td>0.000%</td>" in page  # shipped: MAE, coverage, calibrated
+    assert f"<td>{UNKNOWN_VERSION}, shipped, v0001</td>" in page
+
+
+def test_model_section_without_predictions(results_dir):
+    frame = load_results(results_dir, timedelta(hours=1), NOW)
+    page = render(frame[frame.topic == "orders"], load_alerts(None), None, NOW)
+    assert "No predictions in these results" in page
+    assert (
+        predicted_windows(frame.iloc[0:0]).empty and version_summary(predicted_windows(frame.iloc[0:0])).empty
+    )

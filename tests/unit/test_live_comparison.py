@@ -8,7 +8,7 @@ from rich.console import Console
 
 import spark_streaming.predict as predict_module
 from audit_record.window_result import LIVE_COMPARISON_FIELDS, suggested_changes
-from kafka_audit.platform import results_table, short_suggestion
+from kafka_audit.platform import results_table, serving_model, short_suggestion
 from kafka_audit.up_settings import load_up_settings
 from kafka_plumbing.errors import ConfigError
 from predictor.features import FEATURES
@@ -331,6 +331,31 @@ def test_live_table_shows_predicted_next_to_actual_within_140_columns():
     assert short_suggestion(_row()) == ""
 
 
+def test_live_table_names_the_serving_model_and_marks_calibrating_predictions():
+    rows = {}
+    for i, r in enumerate(
+        [
+            _final(model_version="v0002", model_calibrated=True),
+            _final(model_version="v0003", model_calibrated=False, p_loss=0.6, p_loss_lo=0.5, p_loss_hi=0.7),
+            _row(state="provisional"),
+        ]
+    ):
+        r["window_start_ms"] = i * 10_000
+        rows[(r["topic"], r["window_start_ms"], r["tier"])] = r
+    console = Console(width=140, record=True, color_system=None)
+    console.print(results_table(rows, {"lag_s": 3.0}))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 140
+    assert "model v0003 calibrating" in text
+    finals = [line for line in text.splitlines() if "final" in line]
+    assert "60.00% [50.00-70.00] cal." in finals[0]  # newest first: v0003, calibrating
+    assert "20.00% [10.00-30.00]" in finals[1] and "cal." not in finals[1]
+    # once calibrated the title names the model alone; results without a model version name none
+    rows[(TOPIC, 10_000, "cluster:local")]["model_calibrated"] = True
+    assert serving_model(rows.values()) == "model v0003"
+    assert serving_model([_final(), _row(state="provisional", model_version="v9")]) is None
+
+
 def test_up_alert_settings_file_env_and_flags(tmp_path, monkeypatch):
     cfg = tmp_path / "up.toml"
     cfg.write_text(
@@ -363,6 +388,7 @@ def test_job_resolves_the_gamma_target_and_alert_grace(tmp_path):
     pipeline = attach_to_job(job, AlertSettings(gamma_target=0.95))
     assert (job.gamma_target, pipeline.settings.grace_ms) == (0.95, 7_000)
     assert job.listeners == [pipeline.on_batch] and job.closers == [pipeline.close]
+    assert job.decision_listeners == [pipeline.on_decision]
     job = ReconciliationJob(s.model_copy(update={"gamma_target": 0.8}))
     pipeline = attach_to_job(job, AlertSettings(grace_ms=1))
     assert (job.gamma_target, pipeline.settings.grace_ms) == (0.8, 1)

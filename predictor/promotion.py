@@ -1,0 +1,323 @@
+"""Champion / challenger: retrain, compare on the same held-back windows, promote only a better model.
+
+A challenger (:func:`predictor.retrain.retrain`, warm-started from the champion) replaces the champion
+only if all three hold (:func:`decide`):
+
+(a) its MAE of P_l on the held-back recent local windows (the newest 20% of the training store, never
+    trained or calibrated on) is below the champion's on the same windows by more than ``margin``
+    (default :data:`MARGIN` = 0.002, a fifth of the shipped model's paper MAE: smaller gains are
+    within the seed-to-seed spread), and below that of a constant (the training windows' median R_l,
+    :func:`predictor.retrain.baseline_mae`) by the same margin: a champion that describes another
+    network can be worse than a constant, and a challenger that learnt nothing about which window
+    loses what (labels shuffled between windows) predicts about that constant;
+(b) its MAE of P_l on the paper's held-back split is not worse than the champion's by more than
+    ``tolerance`` (default :data:`TOLERANCE` = 0.003) and stays within ``paper_mae_max`` (default
+    :data:`PAPER_MAE_MAX` = 0.02, the paper's own bar; so successive promotions cannot drift away from
+    the paper's measurements tolerance by tolerance);
+(c) its 90% interval covers between 80% and 97% of the held-back local windows.
+
+:func:`run_retraining` is the whole background job the live Spark job starts as a subprocess
+(``kafka-audit predictor retrain --registry R --from-results T``): it saves every challenger as the next
+version, records the decision in the registry's ``decisions.jsonl`` and, if promoted, moves
+``champion.json``; the running job picks the new champion up at its next micro-batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from predictor.model import Predictor
+from predictor.registry import ModelRegistry, model_version
+from predictor.retrain import (
+    DEFAULT_SEED,
+    MIN_LOCAL_WINDOWS,
+    RetrainResult,
+    baseline_mae,
+    evaluate,
+    retrain,
+)
+from predictor.training_store import open_store
+
+log = logging.getLogger(__name__)
+
+MARGIN = 0.002
+"""Criterion (a): MAE(P_l) improvement on the local test split the challenger must exceed, fraction."""
+TOLERANCE = 0.003
+"""Criterion (b): how much worse than the champion's the paper held-back MAE(P_l) may get, fraction."""
+PAPER_MAE_MAX = 0.02
+"""Criterion (b): the paper held-back MAE(P_l) a promoted model must stay within, fraction."""
+COVERAGE_RANGE = (0.80, 0.97)
+"""Criterion (c): allowed 90%-interval coverage of P_l on the local test split."""
+ALL_MET = "all criteria met"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One champion/challenger decision (an event: log line, metric, alerts-topic entry, annotation).
+
+    Attributes:
+        decided_at_ms: When, ms since the epoch (UTC).
+        challenger_version: The challenger's registry version (``v0003``).
+        champion_version: The champion's version at the time (``shipped``, ``v0002``).
+        promoted: Whether the challenger became the champion.
+        reasons: Which of the criteria (a), (b), (c) failed, in words with the numbers; or
+            ``["all criteria met"]``.
+        numbers: ``mae_local_champion``, ``mae_local_challenger``, ``mae_paper_champion``,
+            ``mae_paper_challenger`` (MAE of P_l, fractions), ``coverage_local_challenger`` (share of
+            the local test windows inside the 90% interval), ``n_local_test`` (windows), ``margin``,
+            ``tolerance`` (fractions), and ``mae_local_baseline`` when checked.
+        rows_by_source: The challenger's training rows per source (CSV file name or ``local``).
+    """
+
+    decided_at_ms: int
+    challenger_version: str
+    champion_version: str
+    promoted: bool
+    reasons: tuple[str, ...]
+    numbers: dict[str, float]
+    rows_by_source: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict (one line of the registry's ``decisions.jsonl``)."""
+        return {
+            "decided_at_ms": self.decided_at_ms,
+            "challenger_version": self.challenger_version,
+            "champion_version": self.champion_version,
+            "promoted": self.promoted,
+            "reasons": list(self.reasons),
+            "numbers": dict(self.numbers),
+            "rows_by_source": dict(self.rows_by_source),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Decision:
+        """Inverse of :meth:`to_json`."""
+        return cls(
+            decided_at_ms=int(d["decided_at_ms"]),
+            challenger_version=str(d["challenger_version"]),
+            champion_version=str(d["champion_version"]),
+            promoted=bool(d["promoted"]),
+            reasons=tuple(d["reasons"]),
+            numbers=dict(d["numbers"]),
+            rows_by_source=dict(d.get("rows_by_source", {})),
+        )
+
+
+def decide(
+    champion_metrics: Mapping[str, Mapping[str, Any]],
+    challenger_metrics: Mapping[str, Mapping[str, Any]],
+    *,
+    margin: float = MARGIN,
+    tolerance: float = TOLERANCE,
+    coverage: tuple[float, float] = COVERAGE_RANGE,
+    paper_mae_max: float | None = PAPER_MAE_MAX,
+    mae_local_baseline: float | None = None,
+    challenger_version: str = "",
+    champion_version: str = "",
+    rows_by_source: Mapping[str, int] | None = None,
+    now_ms: int | None = None,
+) -> Decision:
+    """Decide whether the challenger replaces the champion (criteria (a)-(c) of the module docstring).
+
+    Pure apart from reading the clock when ``now_ms`` is None.
+
+    Args:
+        champion_metrics: ``{"local_test": metrics, "paper_heldout": metrics}``
+            (:func:`predictor.retrain.evaluate`) of the champion.
+        challenger_metrics: The same for the challenger, on the same rows.
+        margin: Criterion (a), fraction.
+        tolerance: Criterion (b), fraction.
+        coverage: Criterion (c), (low, high) shares.
+        paper_mae_max: Criterion (b): absolute ceiling of the challenger's paper MAE (None: none).
+        mae_local_baseline: Criterion (a): local test MAE of the constant predictor
+            (:func:`predictor.retrain.baseline_mae`); the challenger must beat it by ``margin`` too
+            (None: not checked).
+        challenger_version: For the record.
+        champion_version: For the record.
+        rows_by_source: For the record.
+        now_ms: Decision time, ms since the epoch (default now).
+    """
+    mae_local_champion = float(champion_metrics["local_test"]["mae_p_loss"])
+    mae_local = float(challenger_metrics["local_test"]["mae_p_loss"])
+    mae_paper_champion = float(champion_metrics["paper_heldout"]["mae_p_loss"])
+    mae_paper = float(challenger_metrics["paper_heldout"]["mae_p_loss"])
+    cover = float(challenger_metrics["local_test"]["coverage_90_p_loss"])
+    reasons = []
+    if not mae_local < mae_local_champion - margin:
+        reasons.append(
+            f"(a) local MAE(P_l) {mae_local:.4f} is not below the champion's {mae_local_champion:.4f} "
+            f"by more than {margin:g}"
+        )
+    elif mae_local_baseline is not None and not mae_local < mae_local_baseline - margin:
+        reasons.append(
+            f"(a) local MAE(P_l) {mae_local:.4f} is not below a constant's (the training windows' median "
+            f"R_l) {mae_local_baseline:.4f} by more than {margin:g}"
+        )
+    if mae_paper > mae_paper_champion + tolerance:
+        reasons.append(
+            f"(b) paper held-back MAE(P_l) {mae_paper:.4f} is worse than the champion's "
+            f"{mae_paper_champion:.4f} by more than {tolerance:g}"
+        )
+    elif paper_mae_max is not None and mae_paper > paper_mae_max:
+        reasons.append(f"(b) paper held-back MAE(P_l) {mae_paper:.4f} exceeds {paper_mae_max:g}")
+    lo, hi = coverage
+    if not lo <= cover <= hi:
+        reasons.append(
+            f"(c) 90% interval covers {cover:.1%} of the local test windows, not {lo:.0%}-{hi:.0%}"
+        )
+    return Decision(
+        decided_at_ms=int(time.time() * 1000) if now_ms is None else int(now_ms),
+        challenger_version=challenger_version,
+        champion_version=champion_version,
+        promoted=not reasons,
+        reasons=tuple(reasons) or (ALL_MET,),
+        numbers={
+            "mae_local_champion": mae_local_champion,
+            "mae_local_challenger": mae_local,
+            "mae_paper_champion": mae_paper_champion,
+            "mae_paper_challenger": mae_paper,
+            "coverage_local_challenger": cover,
+            "n_local_test": int(challenger_metrics["local_test"]["n"]),
+            "margin": margin,
+            "tolerance": tolerance,
+            **({} if mae_local_baseline is None else {"mae_local_baseline": mae_local_baseline}),
+        },
+        rows_by_source=dict(rows_by_source or {}),
+    )
+
+
+def challenge(
+    champion: Predictor,
+    local: Any,
+    base_paths: Sequence[Path],
+    *,
+    champion_version: str,
+    challenger_version: str,
+    margin: float = MARGIN,
+    tolerance: float = TOLERANCE,
+    seed: int = DEFAULT_SEED,
+    threads: int = 2,
+    min_windows: int = MIN_LOCAL_WINDOWS,
+    **retrain_options: Any,
+) -> tuple[RetrainResult, Decision]:
+    """Retrain a challenger from ``champion`` on ``local`` (store rows) + ``base_paths`` and decide.
+
+    Both models are evaluated on the same local test split and paper held-back split. The challenger's
+    card gets ``version``, the champion's numbers (``metrics.champion``) and the ``decision``.
+
+    Raises:
+        ConfigError: as :func:`predictor.retrain.retrain`.
+    """
+    result = retrain(
+        champion, local, base_paths, seed=seed, threads=threads, min_windows=min_windows, **retrain_options
+    )
+    champion_metrics = evaluate(champion, result.split.test, result.paper_heldout)
+    decision = decide(
+        champion_metrics,
+        result.model.card["metrics"],
+        margin=margin,
+        tolerance=tolerance,
+        mae_local_baseline=baseline_mae(result.split),
+        challenger_version=challenger_version,
+        champion_version=champion_version,
+        rows_by_source=result.rows_by_source,
+    )
+    card = result.model.card
+    card["version"] = challenger_version
+    card["metrics"]["champion"] = {
+        "version": champion_version,
+        **{k: {n: v for n, v in m.items() if n != "families"} for k, m in champion_metrics.items()},
+    }
+    card["decision"] = decision.to_json()
+    return result, decision
+
+
+def log_decision(decision: Decision) -> None:
+    """One log line (INFO) with the decision and its numbers."""
+    n = decision.numbers
+    log.info(
+        "model %s %s over %s: local MAE %.4f vs %.4f, paper MAE %.4f vs %.4f, coverage %.1f%% of %d; %s",
+        decision.challenger_version,
+        "promoted" if decision.promoted else "rejected",
+        decision.champion_version,
+        n["mae_local_challenger"],
+        n["mae_local_champion"],
+        n["mae_paper_challenger"],
+        n["mae_paper_champion"],
+        100 * n["coverage_local_challenger"],
+        n["n_local_test"],
+        "; ".join(decision.reasons),
+    )
+
+
+def run_retraining(
+    registry: ModelRegistry,
+    training_dir: Path,
+    base_paths: Sequence[Path],
+    *,
+    base_model_dir: Path | None = None,
+    margin: float = MARGIN,
+    tolerance: float = TOLERANCE,
+    seed: int = DEFAULT_SEED,
+    threads: int = 2,
+    min_windows: int = MIN_LOCAL_WINDOWS,
+    **retrain_options: Any,
+) -> Decision:
+    """Run the background retraining job: retrain from the champion, decide, save, promote, record.
+
+    Steps: the champion is the registry's (``champion.json``) or else the base model
+    (``base_model_dir``; None = the shipped default); the local windows are every row of the training
+    store at ``training_dir``; :func:`challenge` retrains and decides; the challenger is saved as
+    ``registry.next_version()`` whatever the decision (its card says why); if promoted,
+    ``champion.json`` moves to it; then the decision is appended to ``decisions.jsonl`` and logged.
+    A process killed at any step leaves the previous champion serving.
+
+    Args:
+        registry: The model registry.
+        training_dir: The job's training store (:class:`~predictor.training_store.TrainingStore`).
+        base_paths: Base data CSVs (the paper's ``experiments.csv``, testbed grids).
+        base_model_dir: The base model (the job's pinned ``model_dir``); None = the shipped default.
+        margin: Criterion (a).
+        tolerance: Criterion (b).
+        seed: Retraining seed.
+        threads: torch CPU threads.
+        min_windows: Fewest eligible local windows.
+        retrain_options: Passed to :func:`predictor.retrain.retrain` (steps, lr, local_share, ...).
+
+    Returns:
+        The decision (also recorded).
+
+    Raises:
+        ConfigError: if ``training_dir`` is no directory or holds fewer than ``min_windows`` windows, or a
+            model or base CSV cannot be read.
+    """
+    store = open_store(training_dir)
+    champion_dir = registry.champion_dir()
+    champion = Predictor.load(champion_dir if champion_dir is not None else base_model_dir)
+    champion_version = registry.champion_version() if champion_dir is not None else model_version(champion)
+    local = store.load()
+    version = registry.next_version()
+    result, decision = challenge(
+        champion,
+        local,
+        base_paths,
+        champion_version=champion_version,
+        challenger_version=version,
+        margin=margin,
+        tolerance=tolerance,
+        seed=seed,
+        threads=threads,
+        min_windows=min_windows,
+        **retrain_options,
+    )
+    registry.save(result.model, version)
+    if decision.promoted:
+        registry.promote(version)
+    registry.record(decision.to_json())
+    log_decision(decision)
+    return decision
