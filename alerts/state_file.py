@@ -6,25 +6,19 @@ One JSON file (``alerts-state.json`` next to the Spark checkpoint, see
     {"format": 1, "saved_at_ms": ..., "engine": AlertEngine.to_state(),
      "pending": {sink name: [AlertEvent.to_dict(), ...]}}
 
-Written after every evaluation by replacing the file atomically (write a temporary file in the same
-directory, fsync, ``os.replace``), so a crash leaves the previous or the new state, never half of one.
-A file that cannot be read is moved aside (``*.corrupt-<ms>``) and logged, and the pipeline starts
-from scratch; nothing is deleted.
+Written after every evaluation by replacing the file atomically, so a crash leaves the previous or the
+new state, never half of one. A file that cannot be read is moved aside (``*.corrupt-<ms>``) and
+logged, and the pipeline starts from scratch; nothing is deleted (:mod:`kafka_plumbing.state_file`).
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from alerts.event import AlertEvent
-
-log = logging.getLogger(__name__)
+from kafka_plumbing.state_file import JsonStateFile
 
 FORMAT = 1
 """Version of the file's layout; a file of another version is set aside like a corrupt one."""
@@ -53,7 +47,8 @@ class AlertStateFile:
     """
 
     def __init__(self, path: Path) -> None:
-        self.path = Path(path)
+        self.file = JsonStateFile(path, FORMAT, "alert state")
+        self.path = self.file.path
 
     def load(self) -> SavedAlertState | None:
         """Return the saved state, or None if there is none.
@@ -61,14 +56,10 @@ class AlertStateFile:
         A file that is not valid JSON of this format is renamed to ``<name>.corrupt-<ms>`` (logged as
         an error) and None is returned.
         """
-        try:
-            text = self.path.read_text()
-        except FileNotFoundError:
+        data = self.file.load()
+        if data is None:
             return None
         try:
-            data = json.loads(text)
-            if data.get("format") != FORMAT:
-                raise ValueError(f"format {data.get('format')!r}, expected {FORMAT}")
             return SavedAlertState(
                 engine=dict(data["engine"]),
                 pending={
@@ -83,10 +74,7 @@ class AlertStateFile:
 
     def set_aside(self, why: str) -> Path:
         """Rename the file to ``<name>.corrupt-<ms>`` (kept for inspection) and log ``why``; return it."""
-        aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time() * 1000)}")
-        os.replace(self.path, aside)
-        log.error("alert state %s unusable (%s): moved to %s; alerting starts afresh", self.path, why, aside)
-        return aside
+        return self.file.set_aside(why)
 
     def save(self, engine: dict[str, Any], pending: dict[str, list[AlertEvent]]) -> None:
         """Replace the file with this state (atomic: temporary file, fsync, ``os.replace``).
@@ -94,16 +82,9 @@ class AlertStateFile:
         Raises:
             OSError: the directory cannot be created or written.
         """
-        data = {
-            "format": FORMAT,
-            "saved_at_ms": int(time.time() * 1000),
-            "engine": engine,
-            "pending": {name: [e.to_dict() for e in events] for name, events in pending.items()},
-        }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f, separators=(",", ":"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        self.file.save(
+            {
+                "engine": engine,
+                "pending": {name: [e.to_dict() for e in events] for name, events in pending.items()},
+            }
+        )

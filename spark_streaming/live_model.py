@@ -29,7 +29,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from typing import Any
 import pandas as pd
 
 from audit_record import window_result
+from kafka_plumbing.state_file import JsonStateFile
 from spark_streaming.calibration import CalibrationMonitor
 from spark_streaming.metrics import ResultMetrics
 from spark_streaming.predict import SHIPPED_VERSION, KpiConfig, feature_frame
@@ -114,6 +114,7 @@ class LiveModel:
         )
         self.process = RetrainProcess(settings.model_registry_dir)
         self.path = settings.checkpoint_dir / LIVE_MODEL_STATE_FILE
+        self.state_file = JsonStateFile(self.path, FORMAT, "model state")
         self.serving: ServingModel | None = None
         self.monitor = CalibrationMonitor(settings.calibration_windows, settings.calibration_max_mae)
         self._lock = threading.Lock()
@@ -370,14 +371,10 @@ class LiveModel:
             m.model_calibrated.labels(version).set(1.0 if st.calibrated else 0.0)
 
     def _load(self) -> dict[str, Any] | None:
-        try:
-            text = self.path.read_text()
-        except FileNotFoundError:
+        data = self.state_file.load()
+        if data is None:
             return None
         try:
-            data = json.loads(text)
-            if data.get("format") != FORMAT:
-                raise ValueError(f"format {data.get('format')!r}, expected {FORMAT}")
             data["retrain"] = {
                 "new_windows": int(data["retrain"]["new_windows"]),
                 "last_start_ms": int(data["retrain"]["last_start_ms"]),
@@ -385,21 +382,12 @@ class LiveModel:
             data["decisions_seen"] = int(data["decisions_seen"])
             return dict(data)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time() * 1000)}")
-            os.replace(self.path, aside)
-            log.error("model state %s unusable (%s): moved to %s; starting afresh", self.path, exc, aside)
+            self.state_file.set_aside(f"{type(exc).__name__}: {exc}")
             return None
 
     def _save(self) -> None:
-        """Replace the state file atomically (temporary file, fsync, ``os.replace``); errors are logged."""
-        data = {**self._state, "format": FORMAT, "saved_at_ms": int(time.time() * 1000)}
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        """Replace the state file atomically (:mod:`kafka_plumbing.state_file`); errors are logged."""
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "w") as f:
-                json.dump(data, f, separators=(",", ":"))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            self.state_file.save(self._state)
         except OSError as exc:
             log.error("model state not saved to %s: %s", self.path, exc)
