@@ -135,11 +135,11 @@ class LiveModel:
         self.registry = ModelRegistry(self.s.model_registry_dir, base_version=self.base.version)
         now = int(time.time() * 1000)
         state = self._load()
-        if state is None:
+        if state is None:  # a fresh checkpoint: carry on from the registry and the training store
             seen = len(self.registry.decisions())
             state = {
                 "batch": None,
-                "retrain": {"new_windows": 0, "last_start_ms": now},
+                "retrain": {"new_windows": self._unseen_windows(), "last_start_ms": now},
                 "decisions_seen": seen,
             }
         self._state = state
@@ -156,6 +156,27 @@ class LiveModel:
             self.s.training_dir,
             "on" if self.retraining else "off",
         )
+
+    def _unseen_windows(self) -> int:
+        """Return the stored windows the newest challenger did not see (0 on any doubt).
+
+        So that a job started with a fresh checkpoint (another scenario run, a moved checkpoint) counts
+        towards ``retrain_every_windows`` what earlier jobs stored, instead of starting from 0.
+        """
+        from predictor.training_store import TrainingStore
+
+        try:
+            stored = TrainingStore(self.s.training_dir).count()
+            versions = self.registry.versions()
+            seen = 0
+            newest = self.registry.version_dir(versions[-1]) if versions else None
+            if newest is not None:
+                split = json.loads((newest / "card.json").read_text()).get("local_split") or {}
+                seen = sum(int(split.get(k) or 0) for k in ("n_train", "n_calibration", "n_test"))
+        except (OSError, ValueError) as exc:
+            log.warning("training store %s not counted: %s", self.s.training_dir, exc)
+            return 0
+        return max(0, stored - seen)
 
     @property
     def retraining(self) -> bool:

@@ -365,3 +365,23 @@ def test_workers_cache_models_by_directory_and_weights(tmp_path, monkeypatch):
     for d in dirs[1:]:
         predict_module.load_model(d)
     assert len(predict_module._MODELS) == predict_module.MODELS_CACHED  # the oldest one went
+
+
+def test_a_fresh_checkpoint_counts_the_stored_windows_no_challenger_saw(tmp_path):
+    s = _settings(tmp_path, retrain=False, training_min_messages=100)
+    first = _live(s)
+    good = dict(acks="1", batch_num_messages=10, message_timeout_ms=1000, packet_loss_pct_est=1.0)
+    good |= dict(delay_ms_est=2.0, message_size_bytes=100.0, sent=1000, unaudited_producers=0)
+    rows = [_final(i, **good, producer_configs=1, duplicate_rate=0.0) for i in range(7)]
+    first.begin_batch(0, KpiConfig())
+    first.store(0, rows, KpiConfig())
+    first.end_batch(0)
+    # another run: a new checkpoint, the same store and registry
+    s2 = s.model_copy(update={"checkpoint_dir": tmp_path / "checkpoint2", "training_dir": s.training_dir})
+    assert _live(s2)._state["retrain"]["new_windows"] == 7
+    _fake_version(ModelRegistry(s.model_registry_dir), "v0001")
+    card = ModelRegistry(s.model_registry_dir).version_dir("v0001") / "card.json"
+    split = {"n_train": 3, "n_calibration": 1, "n_test": 1}
+    card.write_text(json.dumps({"version": "v0001", "local_split": split}))
+    s3 = s2.model_copy(update={"checkpoint_dir": tmp_path / "checkpoint3"})
+    assert _live(s3)._state["retrain"]["new_windows"] == 2
