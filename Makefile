@@ -30,6 +30,7 @@ lint: bootstrap
 bench: bootstrap  ## benchmarks (not tests): print tables with ratios against baselines
 	$(PY) bench/audit_consumer.py
 	$(PY) bench/spark_reconciliation.py
+	$(PY) bench/retrain.py
 
 clean:
 	rm -rf var build .pytest_cache .ruff_cache

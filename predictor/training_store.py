@@ -181,18 +181,25 @@ def open_store(root: Path, option: str = "--from-results") -> TrainingStore:
 
 
 class TrainingStore:
-    """Training rows under ``root``: ``date=YYYY-MM-DD/batch-<batch id, 12 digits>.parquet``.
+    """Training rows under ``root``: ``date=YYYY-MM-DD/batch-<writer>-<batch id, 12 digits>.parquet``.
 
-    One file per (micro-batch, UTC date of the window start). Files are written to a temporary name and
-    renamed, so a reader never sees half a file; a re-run micro-batch (same batch id after a restart)
-    replaces its own file, so each window is stored exactly once.
+    One file per (writer, micro-batch, UTC date of the window start). The writer names the streaming
+    query (one per checkpoint), so jobs with different checkpoints - scenario after scenario, or a job
+    moved to a new checkpoint - share a store without overwriting each other's batches. Files are written
+    to a temporary name and renamed, so a reader never sees half a file; a re-run micro-batch (same
+    writer and batch id after a restart) replaces its own file, so each window is stored exactly once.
     """
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
 
-    def write(self, batch_id: int, rows: pd.DataFrame) -> list[Path]:
-        """Store the training rows of micro-batch ``batch_id`` (output of :func:`training_frame`).
+    def write(self, batch_id: int, rows: pd.DataFrame, writer: str = "") -> list[Path]:
+        """Store the training rows (from :func:`training_frame`) of micro-batch ``batch_id`` of ``writer``.
+
+        Args:
+            batch_id: The micro-batch id.
+            rows: Training rows.
+            writer: The streaming query's id in this store (letters and digits; "" for none).
 
         Returns:
             The files written (none for no rows).
@@ -205,7 +212,9 @@ class TrainingStore:
         for date, part in typed.groupby(dates, sort=True):
             directory = self.root / f"date={date}"
             directory.mkdir(parents=True, exist_ok=True)
-            path = directory / f"batch-{batch_id:012d}.parquet"
+            path = directory / (
+                f"batch-{writer}-{batch_id:012d}.parquet" if writer else f"batch-{batch_id:012d}.parquet"
+            )
             tmp = directory / f".{path.name}.{os.getpid()}.tmp"
             try:
                 part.reset_index(drop=True).to_parquet(tmp, index=False)

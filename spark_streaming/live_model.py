@@ -31,6 +31,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,6 +143,7 @@ class LiveModel:
                 "retrain": {"new_windows": self._unseen_windows(), "last_start_ms": now},
                 "decisions_seen": seen,
             }
+        state.setdefault("writer", uuid.uuid4().hex[:12])  # this checkpoint's files in the training store
         self._state = state
         batch = state.get("batch") or {}
         self.monitor = self._monitor(batch.get("after") or batch.get("before"))
@@ -249,7 +251,7 @@ class LiveModel:
             sizes = frame["topic"].map(lambda t: config.for_topic(t)[2]).astype("float64")
             try:
                 rows = training_frame(frame, feature_frame(frame, sizes), minimum)
-                TrainingStore(self.s.training_dir).write(batch_id, rows)
+                TrainingStore(self.s.training_dir).write(batch_id, rows, self._state["writer"])
                 stored = len(rows)
             except Exception:  # disk full, permissions: the audit goes on without training data
                 log.exception("training store %s: batch %d not stored", self.s.training_dir, batch_id)

@@ -385,3 +385,18 @@ def test_a_fresh_checkpoint_counts_the_stored_windows_no_challenger_saw(tmp_path
     card.write_text(json.dumps({"version": "v0001", "local_split": split}))
     s3 = s2.model_copy(update={"checkpoint_dir": tmp_path / "checkpoint3"})
     assert _live(s3)._state["retrain"]["new_windows"] == 2
+
+
+def test_jobs_with_different_checkpoints_share_the_training_store(tmp_path):
+    from predictor.training_store import TrainingStore
+
+    good = dict(acks="1", batch_num_messages=10, message_timeout_ms=1000, packet_loss_pct_est=1.0)
+    good |= dict(delay_ms_est=2.0, message_size_bytes=100.0, sent=1000, unaudited_producers=0)
+    s = _settings(tmp_path, retrain=False, training_min_messages=100)
+    for run, checkpoint in enumerate(("a", "b")):  # each job's batch ids start at 0
+        live = _live(s.model_copy(update={"checkpoint_dir": tmp_path / checkpoint}))
+        live.begin_batch(0, KpiConfig())
+        rows = [_final(10 * run + i, **good, producer_configs=1, duplicate_rate=0.0) for i in range(3)]
+        live.store(0, rows, KpiConfig())
+        live.end_batch(0)
+    assert len(TrainingStore(s.training_dir).load()) == 6
