@@ -15,7 +15,7 @@ from kafka_audit.cli import app
 from kafka_plumbing.errors import ConfigError
 from predictor import SHARED_DATA
 from predictor.model import default_predictor
-from predictor.promotion import ALL_MET, Decision, decide, run_retraining
+from predictor.promotion import ALL_MET, Decision, decide, run_retraining, wilson_interval
 from predictor.registry import SHIPPED_VERSION, ModelRegistry
 from predictor.retrain import (
     as_training_rows,
@@ -151,7 +151,7 @@ def test_decide_promotes_only_when_all_criteria_hold():
         args = {"mae_local": 0.015, "mae_paper": 0.0110, "coverage": 0.90} | kw
         d = decide(
             champion,
-            _metrics(args["mae_local"], args["mae_paper"], args["coverage"]),
+            _metrics(args["mae_local"], args["mae_paper"], args["coverage"], kw.get("n", 40)),
             mae_local_baseline=kw.get("baseline"),
         )
         assert not d.promoted
@@ -160,8 +160,13 @@ def test_decide_promotes_only_when_all_criteria_hold():
     assert reasons(mae_local=0.079) == ["(a)"]  # better, but not by the margin
     assert reasons(baseline=0.016) == ["(a)"]  # no better than a constant
     assert reasons(mae_paper=0.0140) == ["(b)"]  # paper MAE rose by more than the tolerance
-    assert reasons(coverage=0.79) == ["(c)"]
-    assert reasons(coverage=0.98) == ["(c)"]
+    # (c) on 40 test windows, judged with the 95% Wilson interval of the measured coverage
+    assert reasons(coverage=0.60) == ["(c)"]  # 24 of 40: at most ~74%
+    assert decide(champion, _metrics(0.015, 0.0110, 0.75)).promoted  # 30 of 40: up to ~86%, may be 80%
+    assert decide(champion, _metrics(0.015, 0.0110, 1.0)).promoted  # 40 of 40: from ~91%, may be 97%
+    assert wilson_interval(7, 7)[0] < 0.80
+    assert wilson_interval(40, 40)[0] < 0.97 < wilson_interval(200, 200)[0]
+    assert reasons(coverage=1.0, n=200) == ["(c)"]  # 200 of 200: from ~98%, a far too wide interval
     assert reasons(mae_local=0.09, mae_paper=0.03, coverage=0.5) == ["(a)", "(b)", "(c)"]
     drifted = decide(_metrics(0.08, 0.019, 0.9), _metrics(0.01, 0.021, 0.9))
     assert [r[:3] for r in drifted.reasons] == ["(b)"]  # within tolerance, beyond the 0.02 ceiling
