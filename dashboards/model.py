@@ -256,7 +256,7 @@ def _retraining_row(d: Dashboard) -> Dashboard:
                 timeseries(
                     "Training windows by outcome",
                     "Final windows offered to the training store per interval: stored, or the reason "
-                    "they were left out (no_producer_config, unknown_loss, too_few_messages, "
+                    "they were left out (no_producer_config, unknown_loss, unknown_delay, too_few_messages, "
                     "unaudited_producers, mixed_config).",
                     [
                         query(

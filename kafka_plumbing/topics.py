@@ -14,6 +14,9 @@ from kafka_plumbing.security import client_config, wait_for_cluster
 AUDIT_TOPIC_CONFIG = {"cleanup.policy": "compact,delete", "retention.ms": str(7 * 24 * 3600 * 1000)}
 """The audit topic keeps the newest snapshot per key (compaction) for a week."""
 
+CONTROL_TOPIC_CONFIG = {"cleanup.policy": "compact"}
+"""The control topic (``audit_record.control_record``): newest desired configuration per producer group."""
+
 STATE_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 """The audit consumer's state topic: newest state per (group, topic, partition)."""
 

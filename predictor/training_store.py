@@ -32,6 +32,7 @@ from predictor.features import FEATURES, valid_rows
 SKIP_REASONS: tuple[str, ...] = (
     "no_producer_config",
     "unknown_loss",
+    "unknown_delay",
     "too_few_messages",
     "unaudited_producers",
     "mixed_config",
@@ -88,7 +89,8 @@ def skip_reason(result: Mapping[str, Any], min_messages: int = DEFAULT_MIN_MESSA
 
     Returns:
         The first applicable reason of :data:`SKIP_REASONS`: ``no_producer_config`` (no ``acks``),
-        ``unknown_loss`` (``packet_loss_pct_est`` null), ``too_few_messages`` (``sent`` <
+        ``unknown_loss`` (``packet_loss_pct_est`` null), ``unknown_delay`` (``delay_ms_est`` null: no
+        broker RTT sample, D would enter the model as 0), ``too_few_messages`` (``sent`` <
         ``min_messages``), ``unaudited_producers`` (> 0), ``mixed_config`` (``producer_configs`` > 1);
         None when the window is eligible.
     """
@@ -96,6 +98,8 @@ def skip_reason(result: Mapping[str, Any], min_messages: int = DEFAULT_MIN_MESSA
         return "no_producer_config"
     if _missing(result.get("packet_loss_pct_est")):
         return "unknown_loss"
+    if _missing(result.get("delay_ms_est")):
+        return "unknown_delay"
     sent = result.get("sent")
     if _missing(sent) or sent < min_messages:
         return "too_few_messages"

@@ -233,6 +233,13 @@ def run(
     wait_for_retrain_s: Annotated[
         float, typer.Option(help="At the end, wait this long for a running retraining, s.")
     ] = 300.0,
+    stage_seconds: Annotated[
+        float | None, typer.Option(help="Run every stage this long, s (default: the scenario's).")
+    ] = None,
+    poll_interval_ms: Annotated[
+        float | None,
+        typer.Option(help="Polling interval of every stage's load, ms (rate = 1/delta; default: the scenario's)."),
+    ] = None,
 ) -> None:
     """Run a scenario: impaired audited producers, audit consumer, Spark job; compare with the verifier."""
     import shutil
@@ -243,7 +250,7 @@ def run(
     from testbed.scenario import load_scenario
 
     try:
-        sc = load_scenario(scenario)
+        sc = load_scenario(scenario).with_overrides(stage_seconds, poll_interval_ms)
         for stage in sc.stages:
             sc.stage_config(stage, variant)
     except KafkaAuditError as exc:

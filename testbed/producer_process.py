@@ -66,6 +66,7 @@ def run(spec: ProducerRun) -> dict[str, Any]:
         window_ms=spec.window_ms,
         snapshot_interval_ms=min(5_000, max(500, spec.window_ms // 2)),
         delivery_reports="errors",
+        poll_interval_ms=spec.poll_interval_ms,  # reported with the config: the model's delta
     )
     config = {"bootstrap.servers": spec.bootstrap_servers, "client.id": spec.client_id, **spec.config}
     result = run_load(

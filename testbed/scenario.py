@@ -123,6 +123,37 @@ class Scenario(BaseModel):
         """Workload of ``stage``: the scenario's, overridden by the stage's fields."""
         return Workload.model_validate({**self.workload.model_dump(), **stage.workload})
 
+    def with_overrides(
+        self, stage_seconds: float | None = None, poll_interval_ms: float | None = None
+    ) -> Scenario:
+        """Return a copy with every stage lasting ``stage_seconds`` (s) and/or every stage's workload at
+        ``poll_interval_ms`` (ms, rate = 1/delta); None keeps the scenario's value.
+
+        For experiments that need longer stages (more final windows inside one network condition) or a
+        different offered rate than the shipped scenario (``kafka-audit testbed run --stage-seconds``).
+
+        Raises:
+            ConfigError: if a value is not positive (poll interval: not negative).
+        """
+        if stage_seconds is not None and stage_seconds <= 0:
+            raise ConfigError(f"stage_seconds={stage_seconds}: allowed values are > 0")
+        if poll_interval_ms is not None and poll_interval_ms < 0:
+            raise ConfigError(f"poll_interval_ms={poll_interval_ms}: allowed values are >= 0")
+        stages = [
+            stage.model_copy(
+                update={
+                    **({"duration_s": stage_seconds} if stage_seconds is not None else {}),
+                    **(
+                        {"workload": {**stage.workload, "poll_interval_ms": poll_interval_ms}}
+                        if poll_interval_ms is not None
+                        else {}
+                    ),
+                }
+            )
+            for stage in self.stages
+        ]
+        return self.model_copy(update={"stages": stages})
+
     @property
     def duration_s(self) -> float:
         """Total load time, s."""

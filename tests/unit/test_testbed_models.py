@@ -169,3 +169,23 @@ def test_plots_from_the_shared_data(tmp_path):
 )
 def test_which_sockets_may_still_deliver_messages(side, state, recv_q, send_q, pending):
     assert netns.carries_data(side, state, recv_q, send_q) is pending
+
+
+def test_scenario_overrides_stage_length_and_rate_everywhere():
+    from testbed.scenario import load_scenario
+
+    sc = load_scenario("shift")
+    longer = sc.with_overrides(stage_seconds=30, poll_interval_ms=1.0)
+    assert [s.duration_s for s in longer.stages] == [30] * len(sc.stages)
+    assert {longer.stage_workload(s).poll_interval_ms for s in longer.stages} == {1.0}
+    assert [s.network for s in longer.stages] == [s.network for s in sc.stages]
+    assert sc.with_overrides() == sc  # nothing given: the scenario as shipped
+    assert {sc.stage_workload(s).poll_interval_ms for s in sc.stages} == {0.25}
+
+
+def test_scenario_overrides_name_the_bad_value():
+    from kafka_plumbing.errors import ConfigError
+    from testbed.scenario import load_scenario
+
+    with pytest.raises(ConfigError, match="stage_seconds=0"):
+        load_scenario("shift").with_overrides(stage_seconds=0)

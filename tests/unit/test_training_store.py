@@ -78,6 +78,7 @@ def test_eligible_window_has_no_skip_reason():
         ({"acks": None}, "no_producer_config"),
         ({"packet_loss_pct_est": None}, "unknown_loss"),
         ({"packet_loss_pct_est": float("nan")}, "unknown_loss"),
+        ({"delay_ms_est": None}, "unknown_delay"),
         ({"sent": 499}, "too_few_messages"),
         ({"unaudited_producers": 1}, "unaudited_producers"),
         ({"producer_configs": 2}, "mixed_config"),
