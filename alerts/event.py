@@ -6,7 +6,9 @@ description, suggestion, window_start``.
 
 The alerts topic also carries the predictor's champion / challenger decisions as events of the same
 record (:mod:`alerts.model_events`): alertname :data:`MODEL_PROMOTED` or :data:`MODEL_REJECTED`,
-severity ``info``, resolved at once; they go to the alerts topic only, never to Alertmanager.
+severity ``info``, resolved at once; they go to the alerts topic only, never to Alertmanager. The control
+loop's decisions (:mod:`alerts.control_events`, :data:`CONTROL_EVENT_NAMES`) are ``info`` events too,
+sent to the alerts topic and, as an info alert active for a while, to Alertmanager.
 """
 
 from __future__ import annotations
@@ -46,6 +48,24 @@ MODEL_REJECTED = "KafkaAuditModelRejected"
 """A retrained challenger was rejected, the champion keeps serving; never a rule."""
 MODEL_EVENT_NAMES: tuple[str, ...] = (MODEL_PROMOTED, MODEL_REJECTED)
 
+CONFIG_CHANGED = "KafkaAuditConfigChanged"
+"""The control loop wrote a new configuration of a producer group (``alerts.control_events``)."""
+CONFIG_ROLLED_BACK = "KafkaAuditConfigRolledBack"
+"""The control loop rolled a group back to its previous configuration (measured gamma got worse)."""
+CONFIG_KEPT = "KafkaAuditConfigKept"
+"""The measured gamma after a change was not worse: the change stays."""
+CONFIG_ADVICE = "KafkaAuditConfigAdvice"
+"""The control loop advises a change it does not write (advise mode, or the kill switch is on)."""
+CONFIG_NOT_APPLIED = "KafkaAuditConfigNotApplied"
+"""The group's producers did not report a written configuration in time (not autotuned, or rejected)."""
+CONTROL_EVENT_NAMES: tuple[str, ...] = (
+    CONFIG_CHANGED,
+    CONFIG_ROLLED_BACK,
+    CONFIG_KEPT,
+    CONFIG_ADVICE,
+    CONFIG_NOT_APPLIED,
+)
+
 
 class AlertStatus(StrEnum):
     """What an event says: the alert started firing, or it resolved."""
@@ -70,11 +90,12 @@ class AlertEvent:
     """One firing or resolved event; immutable.
 
     Attributes:
-        alertname: One of :data:`ALERT_NAMES` (or :data:`TEST_ALERT`, or :data:`MODEL_EVENT_NAMES`).
+        alertname: One of :data:`ALERT_NAMES` (or :data:`TEST_ALERT`, :data:`MODEL_EVENT_NAMES`,
+            :data:`CONTROL_EVENT_NAMES`).
         topic: Audited Kafka topic (``""`` for a model decision: it concerns every topic).
         tier: Cluster tier of the window result (``cluster:<name>``); ``model:<challenger version>`` for a
-            model decision.
-        severity: ``warning`` or ``critical``; ``info`` for a model decision.
+            model decision; ``control:<group>`` for a control-loop decision.
+        severity: ``warning`` or ``critical``; ``info`` for a model or control-loop decision.
         status: :class:`AlertStatus`.
         starts_at_ms: When this episode started firing, ms since the Unix epoch (UTC).
         ends_at_ms: When it resolved (resolved events only), ms.

@@ -14,7 +14,10 @@ deduplicate by ``event_id``).
 
 The predictor's champion / challenger decisions become events too (:meth:`AlertPipeline.on_decision`,
 a ``job.decision_listeners`` entry): one ``info`` event per decision, sent to the alerts topic only
-(:mod:`alerts.model_events`).
+(:mod:`alerts.model_events`). So do the control loop's decisions (:meth:`AlertPipeline.on_control`, a
+``job.control_listeners`` entry; :mod:`alerts.control_events`): one ``info`` event per change, rollback,
+kept change, advice or configuration not applied, sent to the alerts topic and, as an info alert active
+for ``control_alert_ttl_ms``, to Alertmanager.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
+from alerts.control_events import alertmanager_copy, control_event
 from alerts.dispatch import Dispatcher, sinks_from_settings
 from alerts.engine import AlertEngine
 from alerts.event import AlertEvent
@@ -155,6 +159,46 @@ class AlertPipeline:
         except Exception:  # the decision is recorded in the registry already; its event is best effort
             log.exception("model decision event for %r failed", decision.get("challenger_version"))
 
+    def publish_control(self, decision: Mapping[str, Any], now_ms: int | None = None) -> AlertEvent | None:
+        """Send one control-loop decision (``ControlDecision.to_json()``) as an ``info`` event.
+
+        The event goes to the alerts topic; Alertmanager gets it as an info alert active until
+        ``decided_at_ms + control_alert_ttl_ms`` (:func:`alerts.control_events.alertmanager_copy`); the
+        webhook gets nothing. A failed delivery stays in that sink's retry queue (saved with the state).
+        Counted in ``kafka_audit_alert_events_total``. Decisions that are no event (a guardrail held a
+        suggestion back) return None and send nothing.
+
+        Args:
+            decision: See :func:`alerts.control_events.control_event`.
+            now_ms: Wall clock of the dispatch, ms since the epoch (default: now).
+
+        Returns:
+            The alerts-topic event sent, or None.
+        """
+        url = str(self.settings.generator_url) if self.settings.generator_url else None
+        event = control_event(decision, generator_url=url)
+        if event is None:
+            return None
+        self.metrics.count_events([event])
+        log.info("control decision event: %s", event.summary)
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        self.dispatcher.dispatch([event], now, sinks=("kafka",))
+        self.dispatcher.dispatch(
+            [alertmanager_copy(event, self.settings.control_alert_ttl_ms)], now, sinks=("alertmanager",)
+        )
+        self._save()
+        return event
+
+    def on_control(self, decision: dict[str, Any]) -> None:
+        """``ReconciliationJob.control_listeners`` entry: one control-loop decision, on the driver.
+
+        Never raises: a failure is logged (with its traceback) and must not stop the audit job.
+        """
+        try:
+            self.publish_control(decision)
+        except Exception:  # the decision is made (and written) already; its event is best effort
+            log.exception("control decision event for group %r failed", decision.get("group"))
+
     def on_batch(self, batch_id: int, results: list[dict[str, Any]]) -> None:
         """``spark_streaming.job.ReconciliationJob`` listener: ``(batch_id, result rows)`` on the driver.
 
@@ -183,7 +227,9 @@ def attach_to_job(job: ReconciliationJob, settings: AlertSettings) -> AlertPipel
     none and the alert settings name one. The pipeline's state (firing alerts, judged windows,
     undelivered events) lives in the job's checkpoint directory (:data:`ALERT_STATE_FILE`), so it
     resumes with the query; ``job.stop()`` closes the sinks. The predictor's model decisions
-    (``job.decision_listeners``) become events of the alerts topic (:meth:`AlertPipeline.on_decision`).
+    (``job.decision_listeners``) become events of the alerts topic (:meth:`AlertPipeline.on_decision`),
+    the control loop's decisions (``job.control_listeners``) events of the alerts topic and info alerts
+    in Alertmanager (:meth:`AlertPipeline.on_control`).
 
     Returns:
         The pipeline, registered as a listener on the job's metrics registry.
@@ -213,5 +259,6 @@ def attach_to_job(job: ReconciliationJob, settings: AlertSettings) -> AlertPipel
     )
     job.listeners.append(pipeline.on_batch)
     job.decision_listeners.append(pipeline.on_decision)
+    job.control_listeners.append(pipeline.on_control)
     job.closers.append(pipeline.close)
     return pipeline

@@ -67,6 +67,8 @@ class AlertSettings(BaseSettings):
         webhook_url: Generic JSON webhook (None: no sink).
         webhook_bearer_token: Optional ``Authorization: Bearer`` token of the webhook (never logged).
         http_timeout_s: Timeout of one HTTP request to Alertmanager or the webhook, s.
+        control_alert_ttl_ms: How long a control-loop decision (a configuration change, rollback, advice)
+            stays an active ``info`` alert in Alertmanager, ms (``alerts.control_events``).
         generator_url: ``generatorURL`` of the alerts (e.g. the Grafana dashboard), optional.
         max_pending_events: Undelivered events kept per sink for retry; the oldest are dropped beyond it.
     """
@@ -115,6 +117,8 @@ class AlertSettings(BaseSettings):
     webhook_url: AnyHttpUrl | None = None
     webhook_bearer_token: SecretStr | None = None
     http_timeout_s: float = Field(5.0, gt=0)
+
+    control_alert_ttl_ms: int = Field(3_600_000, gt=0)
 
     generator_url: AnyHttpUrl | None = None
     max_pending_events: int = Field(1_000, gt=0)

@@ -104,11 +104,11 @@ class ControlRecord:
         }
 
     def expired(self, now_ms: int) -> bool:
-        """True if ``expires_at_ms`` has passed at ``now_ms`` (ms since the epoch UTC)."""
+        """Return True if ``expires_at_ms`` has passed at ``now_ms`` (ms since the epoch UTC)."""
         return self.expires_at_ms is not None and now_ms >= self.expires_at_ms
 
     def key(self) -> bytes:
-        """The Kafka message key: the group, UTF-8."""
+        """Return the Kafka message key: the group, UTF-8."""
         return self.group.encode()
 
 

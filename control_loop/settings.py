@@ -110,7 +110,9 @@ class ControlSettings(BaseSettings):
             try:
                 canonical = canonical_acks(v)
             except ValueError:
-                raise ValueError(f"{v!r} is not an acks value; allowed values are {', '.join(ACKS_VALUES)}") from None
+                raise ValueError(
+                    f"{v!r} is not an acks value; allowed values are {', '.join(ACKS_VALUES)}"
+                ) from None
             if canonical not in out:
                 out.append(canonical)
         return out
@@ -126,7 +128,9 @@ class ControlSettings(BaseSettings):
                 )
         bad = sorted(t for t, g in self.groups.items() if not t or not g)
         if bad:
-            raise ValueError(f"groups: empty topic or group name for {bad}; allowed values are non-empty names")
+            raise ValueError(
+                f"groups: empty topic or group name for {bad}; allowed values are non-empty names"
+            )
         return self
 
     def group_of(self, topic: str) -> str:

@@ -39,6 +39,7 @@ _REF_IDS = "ABCDEFGHIJ"
 FIRING_ALERTS = "Firing alerts"
 MODEL_PROMOTIONS = "Model promotions"
 MODEL_REJECTIONS = "Model rejections"
+CONFIG_CHANGES = "Configuration changes"
 #: Fields of a Prometheus annotation the SDK's annotation model lacks, by annotation name
 #: (``dashboards.build.dashboard_json`` adds them): title and text (``{{label}}`` templates), the labels
 #: that become tags. Grafana marks every step where the expression is > 0.
@@ -53,6 +54,12 @@ ANNOTATION_FORMATS: dict[str, dict[str, Any]] = {
         "titleFormat": "challenger rejected, {{model_version}} keeps serving",
         "textFormat": "A retrained challenger did not beat the champion {{model_version}}.",
         "tagKeys": "model_version",
+    },
+    CONFIG_CHANGES: {
+        "titleFormat": "configuration {{kind}}: {{group}}",
+        "textFormat": "The control loop wrote a new configuration of producer group {{group}} ({{kind}}); "
+        "the alerts topic has the event with gamma before and after.",
+        "tagKeys": "group,kind",
     },
 }
 
@@ -197,6 +204,27 @@ def table(
         .with_transformation(organize)
     )
     return _panel(panel, title, description, targets, width, height)
+
+
+def control_annotation() -> AnnotationQuery:
+    """Return the annotation marking the control loop's configuration changes and rollbacks.
+
+    :data:`CONFIG_CHANGES` (purple, on): every step at which
+    ``kafka_audit_control_decisions_total{kind=~"change|rollback"}`` increased in the last 2 minutes,
+    titled with the kind and the producer group.
+    """
+    expr = (
+        "sum by (group, kind) "
+        '(increase(kafka_audit_control_decisions_total{kind=~"change|rollback"}[2m])) > 0'
+    )
+    return (
+        AnnotationQuery()
+        .name(CONFIG_CHANGES)
+        .datasource(PROMETHEUS)
+        .enable(True)
+        .icon_color("purple")
+        .expr(expr)
+    )
 
 
 def decision_annotation(outcome: str) -> AnnotationQuery:

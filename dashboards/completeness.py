@@ -3,9 +3,11 @@
 Rows (top to bottom): completeness (newest final window, over time, sent vs received, lost and
 duplicated); one row per topic with the measured R_l and R_d next to the predictor's P_l and P_d and
 their 90% interval band (Wu et al. 2020, Eq. 1 and 3) and the KPI gamma against its target (Eq. 2);
-audit health (audit lag, unaudited producers, window results, micro-batch duration). Firing alerts
-(``kafka_audit_alerts_firing``) and model promotions (``kafka_audit_model_decisions_total``: the
-predictions change with the model) are annotations on every time series panel.
+the control loop (configuration changes per producer group by kind, ``kafka_audit_control_decisions_total``;
+its kill switch); audit health (audit lag, unaudited producers, window results, micro-batch duration).
+Firing alerts (``kafka_audit_alerts_firing``), model promotions (``kafka_audit_model_decisions_total``:
+the predictions change with the model) and configuration changes and rollbacks of the control loop
+(the gamma changes with the configuration) are annotations on every time series panel.
 
 Template variables: ``$cluster`` (derived from the ``tier`` label ``cluster:<name>`` with a regex),
 ``$topic`` and ``$tier``; every query is filtered by all three.
@@ -16,12 +18,14 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders.dashboard import AnnotationQuery, Dashboard, Row
 from grafana_foundation_sdk.builders.prometheus import Dataquery
 from grafana_foundation_sdk.builders.timeseries import Panel as TimeseriesPanel
-from grafana_foundation_sdk.models.dashboard import DashboardCursorSync
+from grafana_foundation_sdk.models.common import GraphDrawStyle
+from grafana_foundation_sdk.models.dashboard import DashboardCursorSync, ValueMap, ValueMappingResult
 
 from dashboards._panels import (
     FIRING_ALERTS,
     PROMETHEUS,
     band,
+    control_annotation,
     dashed,
     datasource_variable,
     decision_annotation,
@@ -184,6 +188,52 @@ def _prediction_row(d: Dashboard) -> Dashboard:
     )
 
 
+def _control_row(d: Dashboard) -> Dashboard:
+    """Add the control loop's row: its decisions per producer group over time, and its kill switch."""
+    changes = timeseries(
+        "Configuration changes",
+        "Decisions of the control loop per interval, per producer group: change (a new configuration "
+        "written to the control topic), rollback (measured gamma got worse), kept (it did not), advice "
+        "(advise mode or kill switch: not written); and suggestions a guardrail held back, by reason "
+        "(bounds, margin, rolled_back, evaluating, dwell, not_applied). Changes and rollbacks are also "
+        "annotations.",
+        [
+            query(
+                "sum by (group, kind) (increase("
+                f'kafka_audit_control_decisions_total{{kind!="held"}}[{RATE}]))',
+                "{{kind}} {{group}}",
+            ),
+            query(
+                "sum by (group, reason) (increase("
+                f'kafka_audit_control_decisions_total{{kind="held"}}[{RATE}]))',
+                "held: {{reason}} {{group}}",
+            ),
+        ],
+        "short",
+        width=18,
+    ).draw_style(GraphDrawStyle.BARS).fill_opacity(60)
+    kill = stat(
+        "Control kill switch",
+        "On while the control loop's global kill switch is on (setting, the file control.kill in the "
+        "checkpoint directory, or KAFKA_AUDIT_CONTROL_KILL=1): nothing is written, decisions are advice.",
+        [query("max(kafka_audit_control_kill_switch)", "kill switch", instant=True)],
+        "none",
+        [(None, "green"), (1, "red")],
+        width=6,
+        height=8,
+    ).mappings(
+        [
+            ValueMap(
+                {
+                    "0": ValueMappingResult(text="off", color="green"),
+                    "1": ValueMappingResult(text="ON: no changes", color="red"),
+                }
+            )
+        ]
+    )
+    return d.with_row(Row("Control loop")).with_panel(changes).with_panel(kill)
+
+
 def _health_row(d: Dashboard) -> Dashboard:
     return (
         d.with_row(Row("Audit health"))
@@ -272,5 +322,6 @@ def completeness_dashboard() -> Dashboard:
         .tooltip(DashboardCursorSync.CROSSHAIR)
         .annotation(alert_annotation())
         .annotation(decision_annotation("promoted"))
+        .annotation(control_annotation())
     )
-    return _health_row(_prediction_row(_completeness_row(topic_variables(d))))
+    return _health_row(_control_row(_prediction_row(_completeness_row(topic_variables(d)))))

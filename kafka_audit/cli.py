@@ -69,6 +69,14 @@ RetrainEveryWindows = Annotated[
     int | None,
     typer.Option(help="Retrain every N new stored windows (default 200).", min=1),
 ]
+Control = Annotated[
+    str | None,
+    typer.Option(
+        "--control",
+        help="Control loop mode: off, advise (default: decisions are events only) or apply (write changes "
+        "to the control topic for autotuned producers); env KAFKA_AUDIT_CONTROL_*.",
+    ),
+]
 RetrainEveryMinutes = Annotated[
     float | None,
     typer.Option(help="... or every T minutes once 50 new windows are stored (default 60)."),
@@ -134,17 +142,20 @@ def kafka_start(
 
 @kafka_app.command("status")
 def kafka_status(data_dir: DataDir = DEFAULT_KAFKA_DIR) -> None:
-    """Show the local cluster's nodes, ports and PIDs."""
+    """Show the local cluster's nodes, ports, PIDs and broker-metrics (JMX exporter) addresses."""
     from kafka_plumbing.local_cluster import KafkaCluster
 
     cluster = KafkaCluster.load(data_dir)
     if cluster is None:
         console.print(f"no cluster in {data_dir}")
         raise typer.Exit(1)
-    table = Table("node", "broker", "controller", "pid", "running", title=f"Kafka cluster in {data_dir}")
+    columns = ("node", "broker", "controller", "metrics", "pid", "running")  # metrics: JMX exporter
+    table = Table(*columns, title=f"Kafka cluster in {data_dir}")
     for row in cluster.status():
-        table.add_row(*(str(row[k]) for k in ("node", "broker", "controller", "pid", "running")))
+        table.add_row(*(str(row[k]) for k in columns))
     console.print(table)
+    if cluster.metrics_targets and cluster.prometheus_config_path.exists():
+        console.print(f"Prometheus scrape config: {cluster.prometheus_config_path}", highlight=False)
     if not cluster.running_nodes():
         raise typer.Exit(1)
 
@@ -178,6 +189,24 @@ def produce(
     acks: Annotated[str | None, typer.Option(help="librdkafka acks: 0, 1, all.")] = None,
     window_ms: Annotated[int, typer.Option(help="Audit window length, ms.")] = 60_000,
     client_id: Annotated[str, typer.Option(help="librdkafka client.id.")] = "kafka-audit-load",
+    autotune: Annotated[
+        bool | None,
+        typer.Option(
+            "--autotune/--no-autotune",
+            help="Follow the control topic for the producer group and apply its configurations "
+            "(default: KAFKA_AUDIT_PRODUCER_AUTOTUNE).",
+        ),
+    ] = None,
+    group: Annotated[
+        str | None, typer.Option(help="Producer group on the control topic (default: the client.id).")
+    ] = None,
+    follow_hints: Annotated[
+        bool,
+        typer.Option(
+            "--follow-hints/--no-follow-hints",
+            help="With --autotune: offer one message per hinted polling interval (changes the offered load).",
+        ),
+    ] = False,
     bootstrap_servers: Bootstrap = None,
     x: ExtraProps = None,
 ) -> None:
@@ -192,7 +221,10 @@ def produce(
     }
     if acks is not None:
         config["acks"] = acks
-    audit = ProducerAuditSettings(window_ms=window_ms, delivery_reports="errors")
+    tuning: dict[str, Any] = {"group": group} if group else {}
+    if autotune is not None:
+        tuning["autotune"] = autotune
+    audit = ProducerAuditSettings(window_ms=window_ms, delivery_reports="errors", **tuning)
     total = count or (int(rate * duration) if duration and rate > 0 else None)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -216,6 +248,11 @@ def produce(
                 message_bytes=message_bytes,
                 stop=stop,
                 progress=lambda n: progress.update(task, completed=n),
+                follow_hints=follow_hints,
+                on_reconfigure=lambda e: console.print(
+                    f"configuration {e['kind'].replace('_', ' ')} (control version {e['version']}): "
+                    f"{e['to']} ({e['reason']})"
+                ),
             )
         except (KafkaAuditError, ValueError) as exc:
             raise _fail(exc) from exc
@@ -223,6 +260,12 @@ def produce(
         f"produced {result.produced:,} messages in {result.seconds:.1f} s ({result.rate:,.0f} msg/s), "
         f"producer id {result.producer_id}, {result.snapshots} audit snapshots"
     )
+    if result.not_handed_over:
+        console.print(f"[red]{result.not_handed_over:,} messages could not be handed over in time (lost)[/]")
+    if result.config_events:
+        console.print(
+            f"configuration events: {result.config_events}, running control version {result.control_version}"
+        )
 
 
 # ------------------------------------------------------------------------------------ audit consumer
@@ -390,10 +433,13 @@ def spark_job(
     retrain: Retrain = None,
     retrain_every_windows: RetrainEveryWindows = None,
     retrain_every_minutes: RetrainEveryMinutes = None,
+    control: Control = None,
 ) -> None:
-    """Run only the Spark reconciliation job (audit topic -> results topic, Parquet, Prometheus, alerts)."""
+    """Run only the Spark job (audit topic -> results, Parquet, Prometheus, alerts, control loop)."""
     from alerts.pipeline import attach_to_job
     from alerts.settings import load_settings
+    from control_loop.pipeline import attach_to_job as attach_control
+    from control_loop.settings import load_control_settings
     from spark_streaming.job import ReconciliationJob
     from spark_streaming.settings import SparkJobSettings
 
@@ -405,6 +451,7 @@ def spark_job(
             if alerts
             else None
         )
+        control_settings = load_control_settings(mode=control)
     except KafkaAuditError as exc:
         raise _fail(exc) from exc
     settings = SparkJobSettings(
@@ -447,6 +494,7 @@ def spark_job(
     )
     if alert_settings is not None:
         attach_to_job(job, alert_settings)
+    attach_control(job, control_settings)
     try:
         job.start()
     except KafkaAuditError as exc:  # e.g. KafkaAuthenticationError: wrong KAFKA_AUDIT_KAFKA_SASL_PASSWORD
@@ -455,7 +503,8 @@ def spark_job(
     serving = job.live_model.serving.version if job.live_model.serving else "-"
     console.print(
         f"reconciliation job running ({master}); checkpoint {checkpoint_dir}; serving model {serving} "
-        f"from {settings.model_registry_dir}; retraining {'on' if job.live_model.retraining else 'off'}"
+        f"from {settings.model_registry_dir}; retraining {'on' if job.live_model.retraining else 'off'}; "
+        f"control loop {control_settings.mode}"
     )
     try:
         while not stop.wait(1.0):
@@ -497,6 +546,7 @@ def up(
     retrain: Retrain = None,
     model_registry_dir: RegistryDir = None,
     retrain_every_windows: RetrainEveryWindows = None,
+    control: Control = None,
 ) -> None:
     """Run the whole platform: Kafka (local unless -b), audit consumer, Spark job, load; live table."""
     from kafka_audit.platform import Platform, results_table
@@ -510,6 +560,7 @@ def up(
                 "webhook_url": webhook_url,
                 "gamma_target": gamma_target,
             },
+            control={"mode": control},
             scenario=scenario,
             duration_s=duration,
             rate=rate,
@@ -579,7 +630,7 @@ def status(
 def _register_package_commands() -> None:
     import importlib
 
-    for package in ("testbed", "predictor", "alerts", "dashboards"):
+    for package in ("testbed", "predictor", "alerts", "dashboards", "control_loop"):
         module = importlib.import_module(f"{package}.cli")
         module.register(app)
 

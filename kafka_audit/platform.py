@@ -2,7 +2,8 @@
 
 Starts (in order, top to bottom of the data flow) the local Kafka cluster unless
 ``--bootstrap-servers`` is given, the audit consumer, the Spark reconciliation job (with the live
-comparison and the alert pipeline: alerts topic, and Alertmanager / webhook when configured), and
+comparison, the alert pipeline: alerts topic, and Alertmanager / webhook when configured, and the
+control loop in its configured mode), and
 optionally an audited load scenario; shows a live table of window results, measured next to
 predicted; stops everything (by PID / in reverse order) on Ctrl-C, SIGTERM or when the scenario's
 windows are final.
@@ -28,6 +29,7 @@ from audit_consumer.settings import AuditConsumerSettings
 from audit_producer.load import run_load
 from audit_producer.settings import ProducerAuditSettings
 from audit_record import window_result
+from control_loop.pipeline import attach_to_job as attach_control
 from kafka_audit.up_settings import UpSettings
 from kafka_plumbing.local_cluster import KafkaCluster
 from kafka_plumbing.security import client_config
@@ -234,6 +236,7 @@ class Platform:
             listeners=[self._on_results],
         )
         attach_to_job(self.job, s.alerts)
+        attach_control(self.job, s.control)
         with self.console.status(f"starting Spark ({s.master}) ..."):
             self.job.start()
         if s.scenario:

@@ -5,7 +5,9 @@ Environment variables use the prefix ``KAFKA_AUDIT_UP_`` (``KAFKA_AUDIT_UP_WINDO
 section (:class:`~kafka_plumbing.security.KafkaSecurity`: TLS, SASL) secures every client; what it leaves
 out comes from ``KAFKA_AUDIT_KAFKA_*`` (keep the password there, not in the file). The ``[alerts]``
 section (:class:`~alerts.settings.AlertSettings`: ``alertmanager_url``, ``webhook_url``,
-``gamma_target``, rule thresholds) works the same way with ``KAFKA_AUDIT_ALERTS_*``; ``[topic_kpi.<topic>]``
+``gamma_target``, rule thresholds) works the same way with ``KAFKA_AUDIT_ALERTS_*``, and so does the
+``[control]`` section (:class:`~control_loop.settings.ControlSettings`: ``mode``, guardrails, ``groups``)
+with ``KAFKA_AUDIT_CONTROL_*``; ``[topic_kpi.<topic>]``
 sections set a topic's stream type and gamma target (:class:`~spark_streaming.settings.TopicKpi`).
 """
 
@@ -24,6 +26,7 @@ from pydantic_settings import (
 )
 
 from alerts.settings import AlertSettings, load_settings
+from control_loop.settings import ControlSettings, load_control_settings
 from kafka_plumbing.errors import ConfigError, config_error
 from kafka_plumbing.security import KafkaSecurity
 from spark_streaming.settings import TopicKpi
@@ -45,6 +48,8 @@ class UpSettings(BaseSettings):
         kafka: TLS / SASL settings of every Kafka client (``[kafka]`` section; default KAFKA_AUDIT_KAFKA_*).
         alerts: Alert rules and sinks (``[alerts]`` section; default KAFKA_AUDIT_ALERTS_*). Its
             ``gamma_target`` (default 0.9) is also the target the job writes into every final window.
+        control: The control loop (``[control]`` section; default KAFKA_AUDIT_CONTROL_*): ``mode`` off,
+            advise (default) or apply, guardrails, topic -> producer group.
         topic_kpi: Per-topic stream type / gamma target / message size (``[topic_kpi."<topic>"]``); the
             scenario's topic defaults to the scenario's stream type (Table II weights).
         model_registry_dir, retrain, retrain_every_windows, retrain_every_minutes, training_min_messages,
@@ -76,6 +81,7 @@ class UpSettings(BaseSettings):
     producer_config: dict[str, str] = Field(default_factory=dict)
     kafka: KafkaSecurity = Field(default_factory=KafkaSecurity.from_env)
     alerts: AlertSettings = Field(default_factory=load_settings)
+    control: ControlSettings = Field(default_factory=load_control_settings)
     topic_kpi: dict[str, TopicKpi] = Field(default_factory=dict)
     model_registry_dir: Path | None = None
     retrain: bool | None = None
@@ -159,7 +165,10 @@ class UpSettings(BaseSettings):
 
 
 def load_up_settings(
-    config_file: Path | None, alerts: dict[str, Any] | None = None, **overrides: Any
+    config_file: Path | None,
+    alerts: dict[str, Any] | None = None,
+    control: dict[str, Any] | None = None,
+    **overrides: Any,
 ) -> UpSettings:
     """Build settings from a config file (optional), the environment and non-None ``overrides``.
 
@@ -167,6 +176,8 @@ def load_up_settings(
         config_file: TOML or YAML file with UpSettings keys.
         alerts: Alert settings from the command line (``alertmanager_url``, ``webhook_url``,
             ``gamma_target``...); non-None values win over the ``[alerts]`` section and the environment.
+        control: Control-loop settings from the command line (``mode``); non-None values win over the
+            ``[control]`` section and the environment.
         overrides: UpSettings keys from the command line.
 
     Raises:
@@ -177,11 +188,16 @@ def load_up_settings(
     UpSettings.config_file = config_file
     try:
         settings = UpSettings(**{k: v for k, v in overrides.items() if v is not None})
+        update: dict[str, Any] = {}
         flags = {k: v for k, v in (alerts or {}).items() if v is not None}
-        if not flags:
-            return settings
-        merged = load_settings(**{**settings.alerts.model_dump(exclude_unset=True), **flags})
-        return settings.model_copy(update={"alerts": merged})
+        if flags:
+            update["alerts"] = load_settings(**{**settings.alerts.model_dump(exclude_unset=True), **flags})
+        control_flags = {k: v for k, v in (control or {}).items() if v is not None}
+        if control_flags:
+            update["control"] = load_control_settings(
+                **{**settings.control.model_dump(exclude_unset=True), **control_flags}
+            )
+        return settings.model_copy(update=update) if update else settings
     except ValidationError as exc:
         raise config_error(
             exc, "invalid kafka-audit up settings", lambda loc: ".".join(map(str, loc)) or "settings"

@@ -110,6 +110,9 @@ class ReconciliationJob:
             hold resources, e.g. the alert pipeline).
         decision_listeners: Called on the driver with each new champion/challenger decision of the
             model registry (a dict, ``predictor.promotion.Decision.to_json``), at a micro-batch boundary.
+        control_listeners: Called on the driver with each decision of the control loop (a dict,
+            ``control_loop.decide.ControlDecision.to_json``); filled by the layers above
+            (``control_loop.attach_to_job`` calls them, ``alerts.attach_to_job`` adds one).
         live_model: The model lifecycle (:class:`~spark_streaming.live_model.LiveModel`): serving model,
             calibration, training store, background retraining (``live_model.process``).
     """
@@ -119,6 +122,7 @@ class ReconciliationJob:
         self.listeners = list(listeners or [])
         self.closers: list[Callable[[], None]] = []
         self.decision_listeners: list[DecisionListener] = []
+        self.control_listeners: list[Callable[[dict[str, Any]], None]] = []
         self.gamma_target: float = (
             settings.gamma_target if settings.gamma_target is not None else DEFAULT_GAMMA_TARGET
         )

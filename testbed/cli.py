@@ -238,7 +238,7 @@ def run(
     ] = None,
     poll_interval_ms: Annotated[
         float | None,
-        typer.Option(help="Polling interval of every stage's load, ms (rate = 1/delta; default: the scenario's)."),
+        typer.Option(help="Polling interval of every stage's load, ms (rate = 1/delta; default: scenario's)."),
     ] = None,
 ) -> None:
     """Run a scenario: impaired audited producers, audit consumer, Spark job; compare with the verifier."""

@@ -126,8 +126,10 @@ class Scenario(BaseModel):
     def with_overrides(
         self, stage_seconds: float | None = None, poll_interval_ms: float | None = None
     ) -> Scenario:
-        """Return a copy with every stage lasting ``stage_seconds`` (s) and/or every stage's workload at
-        ``poll_interval_ms`` (ms, rate = 1/delta); None keeps the scenario's value.
+        """Return a copy with other stage lengths and/or another offered rate; None keeps the scenario's.
+
+        Every stage lasts ``stage_seconds`` (s); every stage's workload polls every ``poll_interval_ms``
+        (ms, rate = 1/delta).
 
         For experiments that need longer stages (more final windows inside one network condition) or a
         different offered rate than the shipped scenario (``kafka-audit testbed run --stage-seconds``).

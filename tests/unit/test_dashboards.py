@@ -14,6 +14,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from dashboards.brokers import UID as BROKERS_UID
 from dashboards.build import DATASOURCE_UID, build, dashboards, iter_queries
 from dashboards.push import GrafanaAuthError, GrafanaPushError, push, safe_url
 from kafka_audit.cli import app
@@ -53,6 +54,8 @@ CONTRACT_METRICS = {
     "kafka_audit_model_champion_info",
     "kafka_audit_model_decisions_total",
     "kafka_audit_retrain_runs_total",
+    "kafka_audit_control_decisions_total",
+    "kafka_audit_control_kill_switch",
 }
 ALERT_NAMES = {
     "KafkaAuditCompletenessBelowTarget",
@@ -73,11 +76,12 @@ def models():
     return dashboards()
 
 
-def test_three_dashboards_with_stable_uids_and_titles(models):
+def test_dashboards_with_stable_uids_and_titles(models):
     assert {m["uid"]: m["title"] for m in models.values()} == {
         "kafka-audit-completeness": "Kafka completeness",
         "kafka-audit-producers": "Producer reliability",
         "kafka-audit-model": "Predictor model",
+        "kafka-audit-brokers": "Kafka brokers",
     }
 
 
@@ -86,9 +90,11 @@ def test_contract_metrics_are_the_exporters():
     from prometheus_client import CollectorRegistry
 
     from alerts.metrics import AlertMetrics
+    from control_loop.metrics import ControlMetrics
     from spark_streaming.metrics import ResultMetrics
 
     job = ResultMetrics().registry
+    ControlMetrics(job)  # the control loop registers in the job's registry (control_loop.attach_to_job)
     alerts = CollectorRegistry()
     AlertMetrics(alerts)
     exported = set(job._names_to_collectors) | set(alerts._names_to_collectors)
@@ -99,6 +105,8 @@ def test_contract_metrics_are_the_exporters():
 def test_every_query_uses_only_contract_metrics(models):
     used = set()
     for model in models.values():
+        if model["uid"] == BROKERS_UID:  # the brokers' JMX exporters: tests/unit/test_broker_metrics.py
+            continue
         queries = list(iter_queries(model))
         assert queries
         for q in queries:
@@ -134,6 +142,8 @@ def test_every_query_uses_only_contract_metrics(models):
         "kafka_audit_model_decisions_total",
         "kafka_audit_retrain_runs_total",
         "kafka_audit_training_windows_total",
+        "kafka_audit_control_decisions_total",
+        "kafka_audit_control_kill_switch",
     ):
         assert needed in used, needed
 
@@ -164,10 +174,24 @@ def test_panels_have_ids_datasource_and_the_alert_annotation(models):
             if panel["type"] != "row":
                 assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
                 assert [t["refId"] for t in panel["targets"]] == list("ABCD"[: len(panel["targets"])])
-    annotation, promotions = models["kafka-audit-completeness"]["annotations"]["list"]
+    annotation, promotions, changes = models["kafka-audit-completeness"]["annotations"]["list"]
     assert "kafka_audit_alerts_firing" in annotation["expr"] and annotation["titleFormat"] == "{{alertname}}"
     assert annotation["tagKeys"] == "topic,tier,severity"
     assert promotions["name"] == "Model promotions" and promotions["enable"] is True
+    assert changes["name"] == "Configuration changes" and changes["enable"] is True
+    assert 'kafka_audit_control_decisions_total{kind=~"change|rollback"}' in changes["expr"]
+    assert changes["titleFormat"] == "configuration {{kind}}: {{group}}"
+    assert changes["tagKeys"] == "group,kind"
+
+
+def test_control_loop_panel_shows_decisions_per_group_by_kind(models):
+    model = models["kafka-audit-completeness"]
+    by_title = {p["title"]: p for p in model["panels"] if p["type"] != "row"}
+    targets = by_title["Configuration changes"]["targets"]
+    assert "sum by (group, kind)" in targets[0]["expr"] and 'kind!="held"' in targets[0]["expr"]
+    assert targets[0]["legendFormat"] == "{{kind}} {{group}}"
+    assert "sum by (group, reason)" in targets[1]["expr"] and 'kind="held"' in targets[1]["expr"]
+    assert by_title["Control kill switch"]["targets"][0]["expr"] == "max(kafka_audit_control_kill_switch)"
 
 
 def test_interval_band_between_p05_and_p95(models):
@@ -222,6 +246,7 @@ def test_build_writes_dashboards_and_provisioning(tmp_path):
     written = build(tmp_path / "out", prometheus_url="http://prometheus:9090", grafana_dir="/etc/ka/grafana")
     names = sorted(str(p.relative_to(tmp_path / "out")) for p in written)
     assert names == [
+        "dashboards/kafka-audit-brokers.json",
         "dashboards/kafka-audit-completeness.json",
         "dashboards/kafka-audit-model.json",
         "dashboards/kafka-audit-producers.json",
@@ -287,7 +312,7 @@ def test_promtool_unit_tests_can_fail(tmp_path):
 
 
 def test_example_prometheus_and_alertmanager_configs(tmp_path):
-    shutil.copy(REPO / "deploy/prometheus.yml", tmp_path)
+    shutil.copy(REPO / "deploy/prometheus/prometheus.yml", tmp_path)
     shutil.copy(REPO / "dashboards/prometheus-rules.yml", tmp_path / "kafka-audit-rules.yml")
     done = _promtool("check", "config", str(tmp_path / "prometheus.yml"))
     assert done.returncode == 0, done.stdout + done.stderr
@@ -389,9 +414,10 @@ def test_push_creates_folder_once_and_overwrites_by_uid(grafana, models):
         ("kafka-audit-completeness", 1),
         ("kafka-audit-producers", 1),
         ("kafka-audit-model", 1),
+        ("kafka-audit-brokers", 1),
     ]
     second = push(url, GOOD, models, folder="Kafka Audit")
-    assert [d.version for d in second] == [2, 2, 2]
+    assert [d.version for d in second] == [2, 2, 2, 2]
     created = [f for f in state["folders"] if f["title"] == "Kafka Audit"]
     assert len(created) == 1 and created[0]["uid"] == "kafka-audit"
     assert set(state["dashboards"]) == set(models)
@@ -451,7 +477,7 @@ def test_cli_push_ok(grafana, monkeypatch):
     result = CliRunner().invoke(app, ["dashboards", "push", "--url", url, "--folder", "kafka-audit"])
     assert result.exit_code == 0, result.output
     assert "kafka-audit-completeness" in result.output and GOOD not in result.output
-    assert len(state["dashboards"]) == 3
+    assert len(state["dashboards"]) == len(dashboards())
 
 
 def test_json_decodes_with_the_sdk_grafana_schema(models):

@@ -1,0 +1,223 @@
+"""The controller's pure decisions: bounds, margin, dwell time, rollback, kill switch, modes, row choice."""
+
+from __future__ import annotations
+
+import pytest
+
+from control_loop.decide import KINDS, REASONS, ControlDecision, Controller
+from control_loop.settings import ControlSettings
+from tests.unit.control_rows import T0, W, now_after, row
+
+
+def controller(mode: str = "apply", **kw) -> Controller:
+    base = {"dwell_ms": 0, "gamma_margin": 0.02, "rollback_windows": 3, "rollback_tolerance": 0.01}
+    return Controller(ControlSettings(mode=mode, **{**base, **kw}))
+
+
+def decide(c: Controller, i: int, *, kill: bool = False, **kw) -> list[ControlDecision]:
+    return c.decide([row(i, **kw)], now_after(i), kill_switch=kill)
+
+
+def kinds(decisions: list[ControlDecision]) -> list[tuple[str, str]]:
+    return [(d.kind, d.reason) for d in decisions]
+
+
+def test_change_in_apply_mode_with_the_numbers():
+    c = controller()
+    (d,) = decide(c, 0)
+    assert (d.kind, d.reason, d.group, d.version, d.mode) == ("change", "suggestion", "orders", 1, "apply")
+    assert d.from_config["batch.num.messages"] == 1 and d.to_config["batch.num.messages"] == 4
+    assert d.changes() == {"batch.num.messages": 4}
+    assert (d.predicted_gamma_before, d.predicted_gamma_after) == (0.72, 0.93)
+    assert d.measured_gamma_before == pytest.approx(0.70) and d.measured_gamma_after is None
+    assert (d.packet_loss_pct, d.delay_ms, d.gamma_target) == (10.0, 50.0, 0.9)
+    assert (d.topic, d.tier, d.window_end_ms, d.decided_at_ms) == (
+        "orders",
+        "cluster:local",
+        T0 + W,
+        now_after(0),
+    )
+    assert "batch.num.messages 1→4" in d.detail
+    assert ControlDecision.from_json(d.to_json()) == d
+    assert d.to_json()["changes"] == {"batch.num.messages": 4}
+    st = c.state.groups["orders"]
+    assert st.version == 1 and st.config is not None and st.config.batch_num_messages == 4
+    assert st.evaluation is not None and st.evaluation.before.batch_num_messages == 1
+
+
+def test_every_reason_belongs_to_its_kind():
+    assert set(REASONS) == set(KINDS)
+
+
+def test_no_suggestion_no_decision_and_provisional_rows_ignored():
+    c = controller()
+    assert decide(c, 0, changes={}) == []
+    assert c.decide([row(1, state="provisional")], now_after(1)) == []
+    assert c.decide([row(2, gamma_actual=None)], now_after(2)) == []  # not predicted: no measured gamma
+    assert controller(mode="off").decide([row(3)], now_after(3)) == []
+
+
+def test_bounds_skip_a_suggestion_outside_the_allowed_values():
+    c = controller(allowed_batch_num_messages=(1, 3))
+    (d,) = decide(c, 0)
+    assert (d.kind, d.reason) == ("held", "bounds")
+    assert "batch.num.messages=4 (allowed: 1-3)" in d.detail
+    (d,) = controller(allowed_acks=["1", "all"]).decide([row(0, changes={"acks": "0"})], now_after(0))
+    assert (d.kind, d.reason) == ("held", "bounds") and "acks=0 (allowed: 1, all)" in d.detail
+    # a property the suggestion keeps counts too: no record outside the allowed values, ever
+    (d,) = controller(allowed_linger_ms=(0, 1)).decide([row(0, linger_ms=5.0)], now_after(0))
+    assert (d.kind, d.reason) == ("held", "bounds") and "linger.ms=5" in d.detail
+    assert c.state.groups["orders"].version == 0
+
+
+def test_margin_needs_a_gain_above_it():
+    (d,) = decide(controller(gamma_margin=0.25), 0)  # 0.93 - 0.72 = 0.21
+    assert (d.kind, d.reason) == ("held", "margin")
+    (d,) = decide(controller(gamma_margin=0.2), 0)
+    assert d.kind == "change"
+    (d,) = controller().decide([row(0, gamma_predicted=None)], now_after(0))
+    assert (d.kind, d.reason) == ("held", "margin")
+
+
+def _kept(c: Controller) -> None:
+    """Change at window 0, then three windows with the new configuration and the same gamma: kept."""
+    assert kinds(decide(c, 0)) == [("change", "suggestion")]
+    assert kinds(decide(c, 1)) == [("held", "evaluating")]  # still the old configuration
+    for i in (2, 3):
+        assert kinds(decide(c, i, batch=4, changes={})) == []
+    assert kinds(decide(c, 4, batch=4, changes={})) == [("kept", "not_worse")]
+
+
+def test_dwell_time_between_changes():
+    c = controller(dwell_ms=10 * W)
+    _kept(c)
+    # a further suggestion (batch 4 -> 8) less than dwell_ms after the change is held
+    (d,) = decide(c, 5, batch=4, changes={"batch.num.messages": 8})
+    assert (d.kind, d.reason) == ("held", "dwell") and "dwell time 100000 ms" in d.detail
+    (d,) = decide(c, 10, batch=4, changes={"batch.num.messages": 8})
+    assert (d.kind, d.version) == ("change", 2)
+    assert d.from_config["batch.num.messages"] == 4 and d.to_config["batch.num.messages"] == 8
+
+
+def test_kept_when_the_measured_gamma_is_not_worse():
+    c = controller()
+    _kept(c)
+    st = c.state.groups["orders"]
+    assert st.evaluation is None and st.version == 1
+
+
+def test_rollback_after_k_worse_windows_and_the_configuration_is_blocked():
+    c = controller(rollback_block_ms=100 * W)
+    for i in (0, 1, 2):  # three windows before the change, gamma 0.70 (the change at window 2)
+        out = decide(c, i, changes={} if i < 2 else None)
+    assert kinds(out) == [("change", "suggestion")]
+    # windows after the change with the new configuration but worse gamma (0.60 < 0.70 - 0.01)
+    assert decide(c, 3, batch=4, gamma_actual=0.6, changes={}) == []  # started before the change
+    for i in (4, 5):
+        assert decide(c, i, batch=4, gamma_actual=0.6, changes={}) == []
+    (d,) = decide(c, 6, batch=4, gamma_actual=0.6, changes={})
+    assert (d.kind, d.reason, d.version) == ("rollback", "worse", 2)
+    assert d.from_config["batch.num.messages"] == 4 and d.to_config["batch.num.messages"] == 1
+    assert d.measured_gamma_before == pytest.approx(0.70) and d.measured_gamma_after == pytest.approx(0.60)
+    assert (d.predicted_gamma_before, d.predicted_gamma_after) == (0.72, 0.93)
+    # the same suggestion again: not retried while blocked
+    (d,) = decide(c, 7)
+    assert (d.kind, d.reason) == ("held", "rolled_back")
+    (d,) = c.decide([row(120)], now_after(120))  # after rollback_block_ms
+    assert (d.kind, d.version) == ("change", 3)
+
+
+def test_within_tolerance_is_not_worse():
+    c = controller(rollback_tolerance=0.15)
+    decide(c, 0)
+    for i in (2, 3):
+        decide(c, i, batch=4, gamma_actual=0.6, changes={})
+    (d,) = decide(c, 4, batch=4, gamma_actual=0.6, changes={})
+    assert (d.kind, d.measured_gamma_after) == ("kept", pytest.approx(0.6))
+
+
+def test_windows_with_the_old_or_a_mixed_configuration_do_not_count():
+    c = controller(evaluation_timeout_ms=20 * W)
+    decide(c, 0)
+    for i in range(2, 8):
+        decide(c, i, changes={})  # old configuration
+    assert c.state.groups["orders"].evaluation is not None
+    assert c.state.groups["orders"].evaluation.gammas_after == []
+    c.decide([row(8, batch=4, producer_configs=2, changes={})], now_after(8))  # the swap: two configurations
+    assert c.state.groups["orders"].evaluation.gammas_after == []
+    # no k windows with the new configuration within evaluation_timeout_ms: abandoned
+    (d,) = decide(c, 30, changes={})
+    assert (d.kind, d.reason) == ("held", "not_applied")
+    assert c.state.groups["orders"].evaluation is None
+
+
+def test_kill_switch_turns_changes_into_advice():
+    c = controller()
+    (d,) = decide(c, 0, kill=True)
+    assert (d.kind, d.reason) == ("advice", "kill_switch") and "not written" in d.detail
+    assert c.state.groups["orders"].version == 0 and c.state.groups["orders"].evaluation is None
+    # the setting does the same
+    (d,) = decide(controller(kill_switch=True), 0)
+    assert (d.kind, d.reason) == ("advice", "kill_switch")
+
+
+def test_kill_switch_stops_a_rollback_too():
+    c = controller()
+    decide(c, 0)
+    for i in (2, 3):
+        decide(c, i, batch=4, gamma_actual=0.5, changes={})
+    (d,) = decide(c, 4, batch=4, gamma_actual=0.5, changes={}, kill=True)
+    assert (d.kind, d.reason) == ("advice", "kill_switch")
+    assert d.to_config["batch.num.messages"] == 1 and c.state.groups["orders"].version == 1
+
+
+def test_advise_mode_advises_at_most_once_per_dwell_time():
+    c = controller(mode="advise", dwell_ms=3 * W)
+    (d,) = decide(c, 0)
+    assert (d.kind, d.reason, d.version) == ("advice", "advise_mode", 0)
+    assert d.to_config["batch.num.messages"] == 4
+    assert kinds(decide(c, 1)) == [("held", "dwell")]
+    assert kinds(decide(c, 3)) == [("advice", "advise_mode")]
+    assert c.state.groups["orders"].evaluation is None
+
+
+def test_worst_tier_stands_for_the_window_and_groups_join_topics():
+    c = controller(groups={"orders": "shop", "payments": "shop"})
+    rows = [
+        row(0, tier="cluster:a", gamma_actual=0.8, changes={}),
+        row(0, tier="cluster:b", gamma_actual=0.6),
+        row(0, topic="payments", gamma_actual=0.7, changes={"acks": "0"}),
+    ]
+    (d,) = c.decide(rows, now_after(0))
+    assert (d.group, d.tier, d.topic, d.kind) == ("shop", "cluster:b", "orders", "change")
+    assert c.state.groups["shop"].recent_gammas == [0.6]
+    assert set(c.state.groups) == {"shop"}
+
+
+def test_a_window_is_taken_once():
+    c = controller(mode="advise", dwell_ms=0)
+    assert len(decide(c, 0)) == 1
+    assert decide(c, 0) == []  # the micro-batch re-run after a crash: nothing new
+    assert c.decide([row(0, tier="cluster:other")], now_after(0)) == []  # same window end, another tier
+    assert c.state.groups["orders"].recent_gammas == [0.7]
+
+
+def test_acks_0_turns_idempotence_off_and_versions_follow_the_topic():
+    c = controller()
+    c.seed_versions({"orders": 41})
+    r = row(0, acks="all", changes={"acks": "0"})
+    r["enable_idempotence"] = True
+    (d,) = c.decide([r], now_after(0))
+    assert d.version == 42
+    assert d.from_config["enable.idempotence"] is True and d.to_config["enable.idempotence"] is False
+    assert d.changes() == {"acks": "0", "enable.idempotence": False}
+
+
+def test_a_rollback_judged_after_a_switch_to_advise_is_advice():
+    c = controller()
+    decide(c, 0)  # changed in apply mode; the driver restarts in advise mode with the saved state
+    advise = Controller(ControlSettings(mode="advise", dwell_ms=0), c.state)
+    for i in (2, 3):
+        advise.decide([row(i, batch=4, gamma_actual=0.5, changes={})], now_after(i))
+    (d,) = advise.decide([row(4, batch=4, gamma_actual=0.5, changes={})], now_after(4))
+    assert (d.kind, d.reason, d.version) == ("advice", "advise_mode", 1)
