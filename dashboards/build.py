@@ -32,6 +32,8 @@ RULES_FILE = "prometheus-rules.yml"
 
 
 def _builders() -> dict[str, Callable[[], Any]]:
+    from dashboards.brokers import UID as BROKERS_UID
+    from dashboards.brokers import broker_dashboard
     from dashboards.completeness import UID as COMPLETENESS_UID
     from dashboards.completeness import completeness_dashboard
     from dashboards.model import UID as MODEL_UID
@@ -43,6 +45,7 @@ def _builders() -> dict[str, Callable[[], Any]]:
         COMPLETENESS_UID: completeness_dashboard,
         PRODUCERS_UID: producer_dashboard,
         MODEL_UID: model_dashboard,
+        BROKERS_UID: broker_dashboard,
     }
 
 
@@ -70,7 +73,7 @@ def dashboard_json(builder: Any) -> dict[str, Any]:
 
 
 def dashboards() -> dict[str, dict[str, Any]]:
-    """Return every dashboard's JSON model by uid (completeness, producers, model)."""
+    """Return every dashboard's JSON model by uid (completeness, producers, model, brokers)."""
     return {uid: dashboard_json(make()) for uid, make in _builders().items()}
 
 

@@ -6,6 +6,7 @@ import json
 import logging
 import signal
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -263,9 +264,8 @@ def produce(
     if result.not_handed_over:
         console.print(f"[red]{result.not_handed_over:,} messages could not be handed over in time (lost)[/]")
     if result.config_events:
-        console.print(
-            f"configuration events: {result.config_events}, running control version {result.control_version}"
-        )
+        kinds = Counter(e["kind"] for e in result.config_events)
+        console.print(f"config events: {dict(kinds)}; control version at the end: {result.control_version}")
 
 
 # ------------------------------------------------------------------------------------ audit consumer

@@ -6,6 +6,8 @@
 * :mod:`kafka_plumbing.topics`: topic admin (create with config, read a topic to its end).
 * :mod:`kafka_plumbing.jvm`, :mod:`kafka_plumbing.paths`: where Java, the Maven jars and local data are.
 * :mod:`kafka_plumbing.local_cluster`: the local KRaft cluster behind ``kafka-audit kafka start`` and ``up``.
+* :mod:`kafka_plumbing.jmx_exporter`: broker metrics: the Prometheus JMX exporter agent on the local
+  brokers (rules ``jmx_exporter.yaml``) and Prometheus scrape configurations for them.
 * :mod:`kafka_plumbing.processes`: whether a process still runs, by PID (zombies count as exited).
 
 Nothing here imports another kafka-audit package (``docs/DESIGN.md``, "Layers"; checked by import-linter).

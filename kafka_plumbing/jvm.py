@@ -41,12 +41,14 @@ def java_executable() -> str:
 
 
 def jars_dir(profile: str) -> Path:
-    """Return the directory holding the jars of ``profile`` (``kafka`` or ``spark``).
+    """Return the directory holding the jars of ``profile`` (``kafka``, ``spark`` or ``jmx-exporter``).
+
+    ``$KAFKA_AUDIT_JARS_<PROFILE>`` (upper case, ``-`` as ``_``) overrides ``<cache>/jars-<profile>``.
 
     Raises:
         JarsNotFoundError: if the directory has no jars.
     """
-    override = os.environ.get(f"KAFKA_AUDIT_JARS_{profile.upper()}")
+    override = os.environ.get(f"KAFKA_AUDIT_JARS_{profile.upper().replace('-', '_')}")
     path = Path(override) if override else cache_dir() / f"jars-{profile}"
     if not path.is_dir() or not any(path.glob("*.jar")):
         raise JarsNotFoundError(f"no {profile} jars in {path}: run `make bootstrap` first")

@@ -5,6 +5,12 @@ Each node is a combined broker + controller on 127.0.0.1 with its own data direc
 Kafka storage tool (``kafka.tools.StorageTool format``). Replication settings follow the broker count:
 1 broker -> replication factor 1, ``min.insync.replicas`` 1; 3 brokers -> 3 and 2.
 
+Every broker runs the Prometheus JMX exporter java agent on its own 127.0.0.1 port when its jar is
+there (``make bootstrap``; :mod:`kafka_plumbing.jmx_exporter`); without the jar the brokers start without
+it and ``status`` says so. On start the cluster writes ``data_dir/prometheus.yml``, a Prometheus
+configuration scraping those exporters (label ``broker`` = ``node.id``) and kafka-audit's default
+exporter.
+
 State (ports, PIDs) is kept in ``data_dir/cluster.json`` so ``status`` and ``stop`` work from another
 process. Processes are stopped by PID: SIGTERM (controlled shutdown), then SIGKILL after a timeout.
 """
@@ -12,7 +18,9 @@ process. Processes are stopped by PID: SIGTERM (controlled shutdown), then SIGKI
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
+import logging
 import os
 import signal
 import socket
@@ -25,11 +33,15 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
+from kafka_plumbing import jmx_exporter
 from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.jvm import classpath, java_executable
 from kafka_plumbing.processes import pid_alive
 
 HOST = "127.0.0.1"
+#: The Prometheus configuration ``start`` writes into the data directory.
+PROMETHEUS_CONFIG = "prometheus.yml"
+log = logging.getLogger(__name__)
 
 
 class ClusterError(KafkaAuditError):
@@ -67,6 +79,9 @@ class Node:
         controller_port: CONTROLLER listener port on 127.0.0.1.
         pid: Process id of the JVM, or None when not started.
         sasl_ssl_port: SASL_SSL listener port on 127.0.0.1, or None without that listener.
+        metrics_port: Port of the node's Prometheus JMX exporter on 127.0.0.1 (None: not planned, as in
+            state written before the exporter existed; ``start`` picks a free one).
+        metrics_enabled: True when the running (or last started) JVM has the exporter agent.
     """
 
     node_id: int
@@ -74,6 +89,8 @@ class Node:
     controller_port: int
     pid: int | None = None
     sasl_ssl_port: int | None = None
+    metrics_port: int | None = None
+    metrics_enabled: bool = False
 
 
 _SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -106,6 +123,7 @@ class KafkaCluster:
         nodes: The nodes with their ports and PIDs.
         cluster_id: KRaft cluster id (22-char base64url UUID, as ``kafka-storage random-uuid`` prints).
         heap_mb: JVM heap per node, MiB.
+        metrics: Start each broker with the Prometheus JMX exporter agent (when its jar is there).
     """
 
     data_dir: Path
@@ -114,6 +132,7 @@ class KafkaCluster:
     heap_mb: int = 768
     broker_host: str = HOST
     sasl_ssl: SaslSslListener | None = None
+    metrics: bool = True
     scram_users: dict[str, SecretStr] = field(default_factory=dict, repr=False, compare=False)
     _procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False, compare=False)
 
@@ -128,14 +147,15 @@ class KafkaCluster:
         broker_host: str = HOST,
         sasl_ssl: SaslSslListener | None = None,
         scram_users: dict[str, SecretStr] | None = None,
+        metrics: bool = True,
     ) -> KafkaCluster:
         """Plan a new cluster (nothing is started).
 
         Args:
             data_dir: Where data, configs and state go; created if missing.
             brokers: 1 or 3.
-            base_port: First port; node i uses ``base_port + 2i`` (broker) and ``+ 2i + 1`` (controller).
-                None picks free ports.
+            base_port: First port; node i uses ``base_port + 2i`` (broker) and ``+ 2i + 1`` (controller),
+                with n brokers ``base_port + 3n + i`` for its JMX exporter. None picks free ports.
             heap_mb: JVM heap per node (MiB).
             broker_host: Address of the PLAINTEXT (client) listener, bound and advertised. 127.0.0.1 by
                 default; the testbed uses the host end of its veth pair so that a producer in another
@@ -144,6 +164,8 @@ class KafkaCluster:
                 with n brokers, or a free port).
             scram_users: SCRAM users (name -> password) created for every SCRAM mechanism when the
                 storage is first formatted; kept in memory only, never written to ``cluster.json``.
+            metrics: Run the Prometheus JMX exporter agent on every broker (default; skipped with a
+                warning while ``make bootstrap`` has not fetched its jar).
 
         Raises:
             ClusterError: if ``brokers`` is not 1 or 3, a mechanism is not SCRAM, or a user name or
@@ -164,6 +186,7 @@ class KafkaCluster:
                 nodes.append(Node(i + 1, base_port + 2 * i, base_port + 2 * i + 1))
             if sasl_ssl is not None:
                 nodes[-1].sasl_ssl_port = free_port() if base_port is None else base_port + 2 * brokers + i
+            nodes[-1].metrics_port = free_port() if base_port is None else base_port + 3 * brokers + i
         cid = "-"
         while cid.startswith("-"):  # as Kafka's Uuid.randomUuid(): never start with '-' (reads as an option)
             cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -174,6 +197,7 @@ class KafkaCluster:
             heap_mb=heap_mb,
             broker_host=broker_host,
             sasl_ssl=sasl_ssl,
+            metrics=metrics,
             scram_users=dict(scram_users or {}),
         )
 
@@ -185,15 +209,17 @@ class KafkaCluster:
             return None
         data = json.loads(state.read_text())
         tls = data.get("sasl_ssl")
+        known = {f.name for f in dataclasses.fields(Node)}
         return cls(
             data_dir=Path(data_dir),
-            nodes=[Node(**n) for n in data["nodes"]],
+            nodes=[Node(**{k: v for k, v in n.items() if k in known}) for n in data["nodes"]],
             cluster_id=data["cluster_id"],
             heap_mb=data.get("heap_mb", 768),
             broker_host=data.get("broker_host", HOST),
             sasl_ssl=SaslSslListener(Path(tls["keystore_location"]), tuple(tls["mechanisms"]))
             if tls
             else None,
+            metrics=data.get("metrics", True),
         )
 
     def _save(self) -> None:
@@ -202,6 +228,7 @@ class KafkaCluster:
             "cluster_id": self.cluster_id,
             "heap_mb": self.heap_mb,
             "broker_host": self.broker_host,
+            "metrics": self.metrics,
             "sasl_ssl": (
                 {
                     "keystore_location": str(self.sasl_ssl.keystore_location),
@@ -243,6 +270,55 @@ class KafkaCluster:
     def running_nodes(self) -> list[Node]:
         """Nodes whose JVM is alive."""
         return [n for n in self.nodes if n.pid is not None and pid_alive(n.pid)]
+
+    @property
+    def metrics_targets(self) -> dict[int, str]:
+        """``node.id`` -> ``127.0.0.1:port`` of each broker started with the JMX exporter."""
+        return {
+            n.node_id: f"{HOST}:{n.metrics_port}"
+            for n in self.nodes
+            if n.metrics_enabled and n.metrics_port is not None
+        }
+
+    @property
+    def prometheus_config_path(self) -> Path:
+        """``data_dir/prometheus.yml``, written by ``start`` (see :meth:`write_prometheus_config`)."""
+        return self.data_dir / PROMETHEUS_CONFIG
+
+    def write_prometheus_config(
+        self,
+        path: Path | None = None,
+        scrape_interval: str = "15s",
+        other_jobs: dict[str, list[str]] | None = None,
+        rule_files: list[str] | None = None,
+    ) -> Path:
+        """Write a Prometheus configuration scraping this cluster's JMX exporters.
+
+        Job ``kafka-brokers``, one target per broker started with the exporter, labelled ``broker`` with
+        its ``node.id`` (:func:`kafka_plumbing.jmx_exporter.scrape_config`).
+
+        Args:
+            path: Where to write; default :attr:`prometheus_config_path`.
+            scrape_interval: Prometheus duration, e.g. ``"15s"`` (tests: ``"1s"``).
+            other_jobs: More jobs (name -> ``host:port`` targets); default: job ``kafka-audit`` at
+                ``127.0.0.1:9464``, where ``kafka-audit up`` serves the Spark job's metrics.
+            rule_files: Rule files to load (e.g. kafka-audit's ``prometheus-rules.yml``).
+
+        Returns:
+            The path written.
+
+        Raises:
+            OSError: if the file cannot be written.
+        """
+        if other_jobs is None:
+            other_jobs = {"kafka-audit": [jmx_exporter.DEFAULT_AUDIT_EXPORTER]}
+        return jmx_exporter.write_scrape_config(
+            path or self.prometheus_config_path,
+            self.metrics_targets,
+            scrape_interval=scrape_interval,
+            other_jobs=other_jobs,
+            rule_files=rule_files or [],
+        )
 
     # ---------------------------------------------------------------- configuration
     def _node_dir(self, node: Node) -> Path:
@@ -297,7 +373,7 @@ class KafkaCluster:
         props["ssl.keystore.location"] = str(tls.keystore_location)
         return props
 
-    def _java(self, main: str, *args: str, heap_mb: int = 256) -> list[str]:
+    def _java(self, main: str, *args: str, heap_mb: int = 256, javaagent: str | None = None) -> list[str]:
         log4j = resources.files("kafka_plumbing").joinpath("log4j2.properties")
         return [
             java_executable(),
@@ -306,6 +382,7 @@ class KafkaCluster:
             "-XX:+UseG1GC",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={log4j}",
+            *([javaagent] if javaagent else []),
             "-cp",
             classpath("kafka"),
             main,
@@ -316,6 +393,9 @@ class KafkaCluster:
     def start(self, timeout_s: float = 90.0) -> None:
         """Format storage where needed, start every node, and wait until all brokers serve metadata.
 
+        Each broker gets the JMX exporter agent when :attr:`metrics` is on and the agent jar is there;
+        then ``data_dir/prometheus.yml`` is written (:meth:`write_prometheus_config`).
+
         Raises:
             JavaNotFoundError: if Java is missing.
             PortInUseError: if a port is taken by another process.
@@ -324,8 +404,12 @@ class KafkaCluster:
         java_executable()
         if self.running_nodes():
             raise ClusterError(f"cluster in {self.data_dir} is already running ({self.bootstrap_servers})")
+        agent = self._agent_jar()
         for node in self.nodes:
-            for port in (node.broker_port, node.controller_port, node.sasl_ssl_port):
+            if agent is not None and node.metrics_port is None:  # state written before the exporter
+                node.metrics_port = free_port()
+            metrics_port = node.metrics_port if agent is not None else None
+            for port in (node.broker_port, node.controller_port, node.sasl_ssl_port, metrics_port):
                 if port is not None and not _port_is_free(port):
                     raise PortInUseError(f"port {HOST}:{port} is already in use (node {node.node_id})")
         self._save()
@@ -354,13 +438,14 @@ class KafkaCluster:
                         out = out.replace(password.get_secret_value(), "**********")
                     raise ClusterError(f"kafka storage format failed for node {node.node_id}: {out}")
         for node in self.nodes:
-            self._launch(node)
+            self._launch(node, agent)
         self._save()
         try:
             self.wait_ready(timeout_s)
         except ClusterError:
             self.stop()
             raise
+        self.write_prometheus_config()
 
     def _scram_arguments(self) -> list[str]:
         """``--add-scram MECHANISM=[name=...,password=...]`` for every user and SCRAM mechanism."""
@@ -373,17 +458,41 @@ class KafkaCluster:
             for arg in ("--add-scram", f"{mechanism}=[name={name},password={password.get_secret_value()}]")
         ]
 
-    def _launch(self, node: Node) -> None:
+    def _agent_jar(self) -> Path | None:
+        """Return the JMX exporter agent jar to start brokers with; None: metrics off or jar missing."""
+        if not self.metrics:
+            return None
+        jar = jmx_exporter.agent_jar()
+        if jar is None:
+            log.warning(
+                "Prometheus JMX exporter agent not found (run `make bootstrap`): "
+                "the brokers in %s start without broker metrics",
+                self.data_dir,
+            )
+        return jar
+
+    def _launch(self, node: Node, agent: Path | None) -> None:
+        """Start the node's JVM (with the JMX exporter agent ``agent`` unless None); record its PID."""
         ndir = self._node_dir(node)
-        with open(ndir / "server.log", "ab") as log:
+        if agent is not None and node.metrics_port is None:
+            node.metrics_port = free_port()
+        javaagent = (
+            jmx_exporter.javaagent_option(agent, node.metrics_port, HOST)
+            if agent is not None and node.metrics_port is not None
+            else None
+        )
+        with open(ndir / "server.log", "ab") as log_file:
             proc = subprocess.Popen(
-                self._java("kafka.Kafka", str(ndir / "server.properties"), heap_mb=self.heap_mb),
-                stdout=log,
+                self._java(
+                    "kafka.Kafka", str(ndir / "server.properties"), heap_mb=self.heap_mb, javaagent=javaagent
+                ),
+                stdout=log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
         node.pid = proc.pid
+        node.metrics_enabled = javaagent is not None
         self._procs[proc.pid] = proc
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
@@ -432,7 +541,7 @@ class KafkaCluster:
 
     def start_node(self, node: Node, timeout_s: float = 60.0) -> None:
         """Restart one stopped node and wait until the cluster is whole again."""
-        self._launch(node)
+        self._launch(node, self._agent_jar())
         self._save()
         self.wait_ready(timeout_s)
 
@@ -445,14 +554,28 @@ class KafkaCluster:
             self.stop_node(node, timeout_s)
 
     def status(self) -> list[dict[str, object]]:
-        """One dict per node: id, ports, pid, running."""
+        """One dict per node: id, ports, pid, running, and ``metrics``: the JMX exporter's address.
+
+        ``metrics`` is ``127.0.0.1:<port>`` (Prometheus ``/metrics`` there) when the node was started with
+        the exporter agent, else ``off (...)`` saying why.
+        """
         return [
             {
                 "node": n.node_id,
                 "broker": f"{self.broker_host}:{n.broker_port}",
                 "controller": f"{HOST}:{n.controller_port}",
+                "metrics": self._metrics_status(n),
                 "pid": n.pid,
                 "running": n.pid is not None and pid_alive(n.pid),
             }
             for n in self.nodes
         ]
+
+    def _metrics_status(self, node: Node) -> str:
+        if node.metrics_enabled and node.metrics_port is not None:
+            return f"{HOST}:{node.metrics_port}"
+        if not self.metrics:
+            return "off (disabled)"
+        if node.pid is None:
+            return "off (not started)"
+        return "off (no agent jar: make bootstrap)"

@@ -47,9 +47,10 @@ ln -sfn "$VENV" .venv
 # The project itself: an editable install pointing at this clone (no dependency resolution, ~2 s).
 .venv/bin/pip install -q --no-deps --no-build-isolation --config-settings editable_mode=compat -e . >/dev/null
 
-# 3. JVM jars from Maven Central, keyed by the pom.
+# 3. JVM jars from Maven Central, keyed by the pom: the broker (kafka), Spark's Kafka connector (spark),
+#    the Prometheus JMX exporter java agent the local brokers run with (jmx-exporter).
 pom_key=$(sha256sum jvm/pom.xml | cut -c1-16)
-for profile in kafka spark; do
+for profile in kafka spark jmx-exporter; do
   dir="$CACHE/jars-$profile-$pom_key"
   if [ ! -f "$dir/.complete" ]; then
     log "fetching $profile jars into $dir"
@@ -60,4 +61,4 @@ for profile in kafka spark; do
   fi
   ln -sfn "$dir" "$CACHE/jars-$profile"
 done
-log "ready: venv $VENV, jars in $CACHE/jars-kafka and $CACHE/jars-spark"
+log "ready: venv $VENV, jars in $CACHE/jars-kafka, $CACHE/jars-spark and $CACHE/jars-jmx-exporter"
