@@ -63,3 +63,28 @@ def reliability_config(config: Mapping[str, Any], poll_interval_ms: float | None
         )
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"producer config has a non-numeric reliability setting: {exc}") from exc
+
+
+CONTROLLED_PROPERTIES: tuple[str, ...] = (
+    "acks",
+    "enable.idempotence",
+    "batch.num.messages",
+    "linger.ms",
+    "message.timeout.ms",
+)
+"""The librdkafka properties a control record sets (``audit_record.control_record``), canonical names."""
+
+
+def controlled_properties(config: ProducerConfig) -> dict[str, Any]:
+    """Return the :data:`CONTROLLED_PROPERTIES` a producer runs with, by librdkafka name.
+
+    ``acks`` is canonical (``0``, ``1``, ``all``); ``linger.ms`` in ms (float); ``message.timeout.ms`` in
+    ms (0 = infinite).
+    """
+    return {
+        "acks": config.acks,
+        "enable.idempotence": config.enable_idempotence,
+        "batch.num.messages": config.batch_num_messages,
+        "linger.ms": config.linger_ms,
+        "message.timeout.ms": config.message_timeout_ms,
+    }

@@ -1,4 +1,13 @@
-"""Audited load generation: N messages/s of a workload profile through an :class:`AuditedProducer`."""
+"""Audited load generation: N messages/s of a workload profile through an :class:`AuditedProducer`.
+
+The offered load is what the source makes available: message i is due at ``t0 + i / rate``. A message
+the application cannot hand to the producer within the hand-over timeout (``BufferError`` for longer
+than ``message.timeout.ms``: a full queue, a throttled producer) is given up and counted in
+:attr:`LoadResult.not_handed_over`; it is lost like a message librdkafka times out (issue 14 item 4:
+lowering the rate is not a way to lose less). Autotuned producers (``audit.autotune``) change their
+configuration under the load; the polling-interval hint changes the pacing only with
+``follow_hints=True``, because it changes the offered load.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +15,88 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from audit_producer.producer import AuditedProducer
 from audit_producer.settings import ProducerAuditSettings
 from audit_producer.workloads import Profile, message_pool
 
+_BUFFER_WAIT_S = 0.05  # while the producer's queue is full, poll this long between attempts, s
+
 
 @dataclass
 class LoadResult:
-    """What one load run did: messages produced, seconds taken, the producer instance id."""
+    """What one load run did.
+
+    Attributes:
+        produced: Messages handed to the producer (each stamped and counted by the audit).
+        seconds: Duration of the run, s.
+        producer_id: The producer instance id (the audit stamp's).
+        snapshots: Audit snapshots the producer sent.
+        not_handed_over: Messages offered but never handed over (the producer's queue stayed full
+            beyond the hand-over timeout); lost.
+        config_events: The configuration events of an autotuned producer, in order (the dicts
+            :class:`AuditedProducer` passes to ``on_reconfigure``; ``kind`` ``applied``, ``rejected``
+            or ``rolled_back``).
+        control_version: The control record version running at the end (None: the initial config).
+    """
 
     produced: int
     seconds: float
     producer_id: str
     snapshots: int
+    not_handed_over: int = 0
+    config_events: list[dict[str, Any]] = field(default_factory=list)
+    control_version: int | None = None
+
+    @property
+    def offered(self) -> int:
+        """Messages the source offered: handed over or not."""
+        return self.produced + self.not_handed_over
 
     @property
     def rate(self) -> float:
         """Achieved produce rate, messages/s."""
         return self.produced / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class _Pace:
+    """When offered message n is due: ``t_base + (n - n_base) / rate`` (monotonic s); rate 0 = now."""
+
+    rate: float
+    t_base: float
+    n_base: float = 0.0
+
+    def due(self, now: float) -> float:
+        """Messages due by ``now`` (monotonic s)."""
+        return self.n_base + (now - self.t_base) * self.rate
+
+    def time_of(self, n: int) -> float:
+        """When message ``n`` (0-based) was due, monotonic s (rate > 0)."""
+        return self.t_base + (n - self.n_base) / self.rate
+
+    def change(self, now: float, rate: float, offered: int) -> None:
+        """Go on at ``rate`` messages/s from ``now``; a backlog at the old rate stays due."""
+        self.n_base = self.due(now) if self.rate > 0 else float(offered)
+        self.t_base, self.rate = now, rate
+
+
+def _hand_over(producer: AuditedProducer, topic: str, value: bytes, due: float, timeout_ms: float) -> bool:
+    """Produce ``value``, retrying while the queue is full; return False when giving it up.
+
+    It is given up when the queue is still full ``timeout_ms`` ms (0 = never) after ``due``, the time
+    the message was offered (monotonic s).
+    """
+    while True:
+        try:
+            producer.produce(topic, value)
+            return True
+        except BufferError:
+            if timeout_ms > 0 and (time.monotonic() - due) * 1000 > timeout_ms:
+                return False
+            producer.poll(_BUFFER_WAIT_S)
 
 
 def run_load(
@@ -42,21 +112,31 @@ def run_load(
     seed: int = 0,
     stop: threading.Event | None = None,
     progress: Callable[[int], None] | None = None,
+    follow_hints: bool = False,
+    handover_timeout_ms: float | None = None,
+    on_reconfigure: Callable[[dict[str, Any]], None] | None = None,
 ) -> LoadResult:
-    """Produce audited load until ``count`` messages or ``duration_s`` seconds, whichever comes first.
+    """Offer audited load until ``count`` messages or ``duration_s`` seconds, whichever comes first.
 
     Args:
         config: librdkafka producer config (copied).
         topic: Target topic.
         profile: Workload profile (``social``, ``weblog``, ``game``).
-        rate: Target rate, messages/s; 0 or less means as fast as possible.
+        rate: Offered rate, messages/s; 0 or less means as fast as possible.
         duration_s: Stop after this many seconds (None: only ``count`` stops it).
-        count: Stop after this many messages (None: only ``duration_s`` stops it).
-        audit: Audit settings for the producer.
+        count: Stop after this many messages offered (None: only ``duration_s`` stops it).
+        audit: Audit settings for the producer (``autotune``, ``group`` among them).
         message_bytes: Fixed message size M in bytes (None: the profile's natural sizes).
         seed: Seed of the message pool.
         stop: Set it to stop early.
-        progress: Called with the running count about 10 times a second.
+        progress: Called with the running count of messages handed over about 10 times a second.
+        follow_hints: Follow an autotuned producer's ``poll_interval_ms`` hint: offer one message every
+            that many ms from then on (0: as fast as possible) and report it with the configuration;
+            back to ``rate`` when the hint is withdrawn (a rollback). Off by default: it changes the
+            offered load.
+        handover_timeout_ms: Give a message up when the producer's queue has been full for this long
+            after it was due, ms (0: never); None: the running ``message.timeout.ms``.
+        on_reconfigure: Also called with each configuration event (see :class:`AuditedProducer`).
 
     Raises:
         ValueError: if neither ``duration_s`` nor ``count`` is given.
@@ -67,45 +147,75 @@ def run_load(
     if duration_s is None and count is None:
         raise ValueError("give duration_s or count")
     pool = message_pool(profile, seed=seed, message_bytes=message_bytes)
-    producer = AuditedProducer(config, audit)
+    events: list[dict[str, Any]] = []
+
+    def reconfigured(event: dict[str, Any]) -> None:
+        events.append(event)
+        if on_reconfigure is not None:
+            on_reconfigure(event)
+
+    producer = AuditedProducer(config, audit, on_reconfigure=reconfigured)
     try:
         producer.check()  # fail fast, before the clock starts
     except BaseException:
         producer.close()
         raise
     values = itertools.cycle(pool)
-    sent = 0
+    offered = handed = lost = 0
     t0 = time.monotonic()
+    pace = _Pace(rate if rate > 0 else 0.0, t0)
     end = t0 + duration_s if duration_s is not None else float("inf")
     limit = count if count is not None else 1 << 62
     next_report = t0
-    step = max(1, int(rate / 100)) if rate > 0 else 1000
+    hints = None
+    initial_rate, initial_interval = pace.rate, producer.reliability.poll_interval_ms
     try:
-        while sent < limit and not (stop is not None and stop.is_set()):
+        while offered < limit and not (stop is not None and stop.is_set()):
             now = time.monotonic()
             if now >= end:
                 break
-            if rate > 0:
-                due = (now - t0) * rate
-                if sent >= due:
-                    time.sleep(min(0.01, (sent - due) / rate + 0.0005))
+            if follow_hints and producer.hints != hints:
+                hints = producer.hints
+                interval = (hints or {}).get("poll_interval_ms")
+                if interval is None:  # no hint (any more): the caller's pace
+                    pace.change(now, initial_rate, offered)
+                    producer.set_poll_interval(initial_interval)
+                else:
+                    pace.change(now, 1000.0 / interval if interval > 0 else 0.0, offered)
+                    producer.set_poll_interval(interval)
+            if pace.rate > 0:
+                due = pace.due(now)
+                if offered >= due:
+                    time.sleep(min(0.01, (offered - due) / pace.rate + 0.0005))
                     producer.poll(0)
                     continue
-            for _ in range(min(step, limit - sent)):
-                value = next(values)
-                while True:
-                    try:
-                        producer.produce(topic, value)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
-                sent += 1
+            step = max(1, int(pace.rate / 100)) if pace.rate > 0 else 1000
+            timeout_ms = (
+                producer.reliability.message_timeout_ms
+                if handover_timeout_ms is None
+                else handover_timeout_ms
+            )
+            for _ in range(min(step, limit - offered)):
+                due_at = pace.time_of(offered) if pace.rate > 0 else time.monotonic()
+                if _hand_over(producer, topic, next(values), due_at, timeout_ms):
+                    handed += 1
+                else:
+                    lost += 1
+                offered += 1
             producer.poll(0)
             if progress is not None and now >= next_report:
-                progress(sent)
+                progress(handed)
                 next_report = now + 0.1
     finally:
         producer.close()
     if progress is not None:
-        progress(sent)
-    return LoadResult(sent, time.monotonic() - t0, producer.producer_id, producer.snapshots_sent)
+        progress(handed)
+    return LoadResult(
+        handed,
+        time.monotonic() - t0,
+        producer.producer_id,
+        producer.snapshots_sent,
+        not_handed_over=lost,
+        config_events=events,
+        control_version=producer.active_control_version,
+    )

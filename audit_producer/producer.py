@@ -15,29 +15,45 @@ audit topic is checked (created if missing) by :meth:`AuditedProducer.check`: ca
 construction to fail fast on bad credentials or an unreachable cluster; otherwise the first produce
 starts it in a background thread, and snapshots are held back (never lost: they are cumulative) until it
 has succeeded. quix-streams' producer defers its topic checks the same way.
+
+Autotuned (``autotune=True`` or ``KAFKA_AUDIT_PRODUCER_AUTOTUNE=1``), it follows the control topic for its
+group (:mod:`audit_producer.autotune`) and swaps its inner producer for one with the configuration asked
+for, keeping the producer id and the sequence, so the audit stays exact across the swap (docs/DESIGN.md,
+"Autotuned producer"; the bookkeeping is in :mod:`~audit_producer.config_history`,
+:mod:`~audit_producer.draining` and :mod:`~audit_producer.probation`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from time import time_ns as _time_ns
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from audit_producer.librdkafka_config import reliability_config
+from audit_producer.autotune import Candidate, ControlFollower, inner_config
+from audit_producer.config_history import ConfigHistory
+from audit_producer.draining import Draining, drain_deadline_ms
+from audit_producer.librdkafka_config import controlled_properties, reliability_config
 from audit_producer.network_stats import TcpRetransmitMeter, parse_statistics
+from audit_producer.probation import Probation
 from audit_producer.settings import ProducerAuditSettings
-from audit_record import PRODUCER_TIER, AuditRecord, NetworkStats, encode, now_ms
+from audit_record import PRODUCER_TIER, AuditRecord, NetworkStats, ProducerConfig, encode, now_ms
+from audit_record.control_record import ControlRecord
 from audit_record.stamp import (
     SEQUENCE_BYTEORDER,
     SEQUENCE_BYTES,
     STAMP_HEADER,
+    MalformedStampError,
     encode_prefix,
     new_producer_id,
+    stamp_of,
 )
+from audit_record.stamp import decode as decode_stamp
 from kafka_plumbing.errors import ConfigError
 from kafka_plumbing.security import client_config
 from kafka_plumbing.topics import AUDIT_TOPIC_CONFIG, connection_config, ensure_topic
@@ -50,6 +66,10 @@ _SETTLE_MARGIN_MS = 2_000
 _CHECK_POLL_MS = 100  # while the audit topic check runs, look for its result this often, ms
 _CHECK_RETRY_MS = 5_000  # after a failed background check, start the next one this much later, ms
 _CALLBACK_KEYS = ("on_delivery", "delivery.report.cb", "dr_cb", "dr_msg_cb")
+_RECONFIGURE_TICK_MS = 250  # with autotune: look for a handed-over configuration this often, ms
+_NEVER = 1 << 62  # a tick time that never comes, ms
+CONFIG_MARKER = "#config-"
+"""Source suffix of a window's extra configuration snapshots (``<client.id>#config-<n>``, n = 1, 2, ...)."""
 
 
 class AuditedProducer:
@@ -64,21 +84,51 @@ class AuditedProducer:
     do not, the first :meth:`produce` starts that check in the background, and its error, if any, is
     raised by the next :meth:`poll`, :meth:`flush` or :meth:`close`.
 
+    Autotuned, it applies the configurations the control topic asks for its group (see the module
+    docstring and docs/DESIGN.md, "Autotuned producer"); :attr:`current_config`,
+    :attr:`active_control_version`, :attr:`hints` and :attr:`config_events` say what runs and what
+    happened. Windows that ran with several configurations are reported with one extra snapshot per
+    extra configuration (see :meth:`_emit`).
+
     Args:
         config: librdkafka producer config; copied, never mutated.
         audit: How to audit; defaults come from ``KAFKA_AUDIT_PRODUCER_*`` environment variables.
+        autotune: Follow the control topic (overrides ``audit.autotune``; None = the setting).
+        on_reconfigure: Called as ``on_reconfigure(event)`` on the caller's thread (from ``produce``,
+            ``poll``, ``flush``) for every configuration event: a dict with ``kind`` (``applied``,
+            ``rejected``, ``rolled_back``), ``group``, ``producer_id``, ``version`` (the control record's),
+            ``from`` and ``to`` (the librdkafka properties of
+            :func:`~audit_producer.librdkafka_config.controlled_properties`),
+            ``reason`` (why, in words), ``record_reason`` (the record's label) and ``at_ms`` (ms since the
+            epoch UTC). An exception it raises is logged, not propagated.
+        on_hints: Called as ``on_hints(hints)`` on the caller's thread when the hints for the application
+            change (``{"poll_interval_ms": ms or None, "producers": n or None}``; see :attr:`hints`);
+            both None when a rollback withdraws them (the application's own settings apply again).
 
     Raises:
         ConfigError: if ``delivery_reports="errors"`` is combined with a delivery callback in ``config``,
-            or a reliability setting has an invalid value (the message names the key).
+            a reliability setting has an invalid value (the message names the key), or ``autotune`` is
+            combined with ``transactional.id`` (a swap would fence the running transaction).
     """
 
-    def __init__(self, config: Mapping[str, Any], audit: ProducerAuditSettings | None = None) -> None:
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        audit: ProducerAuditSettings | None = None,
+        *,
+        autotune: bool | None = None,
+        on_reconfigure: Callable[[dict[str, Any]], None] | None = None,
+        on_hints: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.settings = audit or ProducerAuditSettings()
         cfg = client_config(config)  # security from KAFKA_AUDIT_KAFKA_* unless config names it
         self.client_id = str(cfg.get("client.id", "rdkafka"))
         self.producer_id = new_producer_id(self.client_id)
         self.reliability = reliability_config(cfg, self.settings.poll_interval_ms)
+        self.group = self.settings.group or self.client_id
+        self._autotune = self.settings.autotune if autotune is None else autotune
+        if self._autotune and "transactional.id" in cfg:
+            raise ConfigError("autotune cannot be combined with transactional.id (allowed: one or the other)")
         self._user_stats_cb: Callable[[str], None] | None = cfg.pop("stats_cb", None)
         user_dr = next((cfg.pop(k) for k in _CALLBACK_KEYS if k in cfg), None)
         self._user_dr: Callable[[KafkaError | None, Message], None] | None = user_dr
@@ -91,8 +141,10 @@ class AuditedProducer:
         if mode == "errors":
             cfg["delivery.report.only.error"] = True
         cfg["on_delivery"] = self._on_delivery
-        cfg["stats_cb"] = self._on_stats
+        self._stats_token = object()  # which inner producer's statistics count: the active one's
+        cfg["stats_cb"] = self._stats_callback(self._stats_token)
         cfg.setdefault("statistics.interval.ms", 5_000)
+        self._base_config = dict(cfg)  # what inner producers of other configurations start from
         self._producer = Producer(cfg)
 
         conn = self._conn = connection_config(cfg)
@@ -118,9 +170,13 @@ class AuditedProducer:
         self._window_ms = self.settings.window_ms
         self._windows: dict[tuple[str, int], list[int]] = {}
         self._network = NetworkStats()
+        # Cumulative tx_retries, request_timeouts, tx_errors of the inner producers replaced so far:
+        self._network_base = (0, 0, 0)
         self._tcp = TcpRetransmitMeter()  # packet loss estimate L of this network namespace
         self._errors_only = mode == "errors"
-        self._next_tick_ms = 0
+        self._next_tick_ms = 0  # produce()/poll() call _due() from then on: min of the two below
+        self._next_snapshot_ms = 0
+        self._next_reconfigure_ms = 0 if self._autotune else _NEVER
         self._closed = False
         self._produce = self._producer.produce
         self._last_topic: str | None = None
@@ -128,6 +184,23 @@ class AuditedProducer:
         self._last_window: list[int] = []
         self.snapshots_sent = 0
         self.audit_delivery_failures = 0
+
+        # Autotune (docs/DESIGN.md, "Autotuned producer"). The follower thread writes only _pending (under
+        # _slot_lock), _incoming and the tick times; everything else is the caller's thread's.
+        self._history = ConfigHistory(self.reliability)
+        self._draining = Draining()
+        self._follower: ControlFollower | None = None
+        self._slot_lock = threading.Lock()
+        self._pending: Candidate | None = None
+        self._incoming: deque[dict[str, Any]] = deque()  # events from the follower thread
+        self._probation: Probation | None = None
+        self._previous: tuple[Any, ProducerConfig, int | None, dict[str, Any] | None, object] | None = None
+        self._version: int | None = None
+        self._hints: dict[str, Any] | None = None
+        self._on_reconfigure = on_reconfigure
+        self._on_hints = on_hints
+        self.config_events: Counter[str] = Counter()
+        """Configuration events so far by kind: ``applied``, ``rejected``, ``rolled_back``."""
 
     # ------------------------------------------------------------------ the caller's API
     def produce(
@@ -193,7 +266,7 @@ class AuditedProducer:
         w[6] = now  # _LAST_PRODUCE_MS
         w[7] = 1  # _DIRTY
         if now >= self._next_tick_ms:
-            self._tick(now)
+            self._due(now)
 
     @property
     def last_sequence(self) -> int:
@@ -208,18 +281,21 @@ class AuditedProducer:
                 once; the check is tried again later.
         """
         served = self._producer.poll(timeout)
+        if self._draining:
+            served += self._draining.poll()
         if self._check_error is not None:
             self._raise_check_error()
         now = now_ms()
         if now >= self._next_tick_ms:
-            self._tick(now)
+            self._due(now)
         return served
 
     def flush(self, timeout: float = -1) -> int:
         """Wait for every queued message (``confluent_kafka.Producer.flush``), then emit due snapshots.
 
         Returns:
-            Messages still queued (0 unless the timeout passed).
+            Messages still queued (0 unless the timeout passed), inner producers replaced by a
+            configuration change included.
 
         Unless ``timeout`` is 0, it also waits (at most ``timeout`` s more) for the background audit topic
         check, so that the due snapshots are handed to the audit producer on return.
@@ -228,6 +304,8 @@ class AuditedProducer:
             KafkaAuditError: the error of a failed background audit topic check, as :meth:`poll`.
         """
         left = self._producer.flush(timeout) if timeout >= 0 else self._producer.flush()
+        if self._draining:
+            left += self._draining.flush(timeout)
         if timeout != 0 and self._windows and not self._checked:
             self._start_check(now_ms())
             if self._check_thread is not None:
@@ -241,7 +319,8 @@ class AuditedProducer:
         """Check the cluster and the audit topic now: create the topic if missing (network I/O).
 
         Idempotent: once it has succeeded it returns at once. Thread-safe; if the background check that
-        the first :meth:`produce` starts is running, this waits for it.
+        the first :meth:`produce` starts is running, this waits for it. Autotuned, it also starts
+        following the control topic (in the background).
 
         Args:
             timeout_s: Deadline of each admin request, s.
@@ -252,6 +331,8 @@ class AuditedProducer:
             KafkaConnectionError: if no broker answers within ``timeout_s``.
             TopicError: if the audit topic is missing and cannot be created.
         """
+        if self._autotune:
+            self._start_follower()
         with self._check_lock:
             if self._checked:
                 return
@@ -266,7 +347,8 @@ class AuditedProducer:
             self._check_error = None
 
     def __len__(self) -> int:
-        return len(self._producer)
+        """Return the messages queued or in flight, replaced inner producers included."""
+        return len(self._producer) + (self._draining.in_flight() if self._draining else 0)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._producer, name)
@@ -293,25 +375,39 @@ class AuditedProducer:
         if self._closed:
             return
         try:
+            self._stop_follower()
             self._producer.flush(timeout_s)
             self._producer.poll(0)
+            self._draining.close_all(timeout_s)  # their last reports counted before the final snapshots
             if self._windows and not self._checked:
                 self._check_error = None
                 self.check(timeout_s)  # the final snapshots need the audit topic
             self._tick(now_ms(), close_all=True)
             self._audit_producer.flush(timeout_s)
         finally:
+            self._closed = True
+            self._draining.close_all(0)
+            with self._slot_lock:
+                pending, self._pending = self._pending, None
+            if pending is not None and pending.producer is not None:
+                pending.producer.close()
             self._audit_producer.close()
             self._producer.close()
-            self._closed = True
 
     # ------------------------------------------------------------------ delivery reports and stats
     def _count_report(self, err: KafkaError | None, msg: Message) -> None:
         ts = msg.timestamp()[1]
         w = self._windows.get((msg.topic(), ts - ts % self._window_ms))
-        if w is not None:  # None only for a window force-closed by close() after its timeout
-            w[_FAILED if err is not None else _ACKED] += 1
+        if err is None:
+            if w is not None:  # None only for a window force-closed by close() after its timeout
+                w[_ACKED] += 1
+                w[_DIRTY] = 1
+            return
+        if w is not None:
+            w[_FAILED] += 1
             w[_DIRTY] = 1
+        if self._probation is not None:
+            self._probation_failure(err, msg)
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         self._count_report(err, msg)
@@ -325,8 +421,22 @@ class AuditedProducer:
 
         return report
 
+    def _stats_callback(self, token: object) -> Callable[[str], None]:
+        """Return the ``stats_cb`` of one inner producer: only the active one's statistics count."""
+
+        def on_stats(stats_json: str) -> None:
+            if token is self._stats_token:
+                self._on_stats(stats_json)
+
+        return on_stats
+
     def _on_stats(self, stats_json: str) -> None:
-        self._network = parse_statistics(stats_json, self._tcp.sample())
+        network = parse_statistics(stats_json, self._tcp.sample())
+        retries, timeouts, errors = self._network_base  # cumulative across inner producers
+        network.tx_retries += retries
+        network.request_timeouts += timeouts
+        network.tx_errors += errors
+        self._network = network
         if self._user_stats_cb is not None:
             self._user_stats_cb(stats_json)
 
@@ -355,31 +465,42 @@ class AuditedProducer:
             raise exc
 
     # ------------------------------------------------------------------ snapshots
-    def _settled(self, w: list[int], now: int, queue_empty: bool) -> bool:
+    def _settled(self, w: list[int], now: int, held: int) -> bool:
         if not self._errors_only:
             return w[_ACKED] + w[_FAILED] >= w[_SENT]
-        return (
-            queue_empty or now - w[_LAST_PRODUCE_MS] > self.reliability.message_timeout_ms + _SETTLE_MARGIN_MS
-        )
+        timeout = max(self.reliability.message_timeout_ms, self._draining.max_message_timeout_ms())
+        return held == 0 or now - w[_LAST_PRODUCE_MS] > timeout + _SETTLE_MARGIN_MS
+
+    def _due(self, now: int) -> None:
+        """Run what is due at ``now`` (ms): configuration changes, then snapshots (from produce/poll)."""
+        if now >= self._next_reconfigure_ms:
+            self._reconfigure_tick(now)
+        if now >= self._next_snapshot_ms:
+            self._tick(now)
+        self._next_tick_ms = min(self._next_snapshot_ms, self._next_reconfigure_ms)
 
     def _tick(self, now: int, close_all: bool = False) -> None:
         """Emit snapshots of changed windows; close windows past end + grace whose messages are settled."""
-        self._next_tick_ms = now + self.settings.snapshot_interval_ms
+        self._next_snapshot_ms = now + self.settings.snapshot_interval_ms
+        self._next_tick_ms = min(self._next_snapshot_ms, self._next_reconfigure_ms)
         self._producer.poll(0)
+        if self._draining:
+            self._draining.poll()
         if not self._checked:  # no snapshot before the audit topic is known to be there
             if self._windows and not close_all:  # close() checks itself, synchronously
                 self._start_check(now)
-            self._next_tick_ms = now + min(_CHECK_POLL_MS, self.settings.snapshot_interval_ms)
+            self._next_snapshot_ms = now + min(_CHECK_POLL_MS, self.settings.snapshot_interval_ms)
+            self._next_tick_ms = min(self._next_snapshot_ms, self._next_reconfigure_ms)
             return
-        queue_empty = len(self._producer) == 0
+        held = len(self)
         for (topic, start), w in list(self._windows.items()):
             end = start + self._window_ms
-            settled = self._settled(w, now, queue_empty)
+            settled = self._settled(w, now, held)
             closing = close_all or (now >= end + self.settings.grace_ms and settled)
             if not (w[_DIRTY] or closing):
                 continue
             if self._errors_only:
-                in_flight = 0 if settled else len(self._producer)
+                in_flight = 0 if settled else held
                 w[_ACKED] = max(0, w[_SENT] - w[_FAILED] - in_flight)
             self._emit(topic, start, end, w, final=closing)
             w[_DIRTY] = 0
@@ -387,26 +508,63 @@ class AuditedProducer:
                 del self._windows[(topic, start)]
                 if self._last_window is w:
                     self._last_topic, self._last_start = None, -1
+        if len(self._history) > 1:
+            oldest = min((w[_FIRST_SEQ] for w in self._windows.values()), default=self._seq + 1)
+            self._history.forget_before(oldest)
         self._audit_producer.poll(0)
 
     def _emit(self, topic: str, start: int, end: int, w: list[int], final: bool) -> None:
-        record = AuditRecord(
-            tier=PRODUCER_TIER,
-            source=self.client_id,
-            producer_id=self.producer_id,
-            topic=topic,
-            window_start_ms=start,
-            window_end_ms=end,
-            final=final,
-            sent=w[_SENT],
-            acknowledged=min(w[_ACKED], w[_SENT] - w[_FAILED]),
-            failed=w[_FAILED],
-            bytes=w[_BYTES],
-            first_sequence=w[_FIRST_SEQ],
-            last_sequence=w[_LAST_SEQ],
-            producer_config=self.reliability,
-            network=self._network,
+        """Send the snapshot of one window, and one per extra configuration the window ran with.
+
+        The window's configurations are those of its sequence numbers ``first_sequence..last_sequence``
+        (:class:`~audit_producer.config_history.ConfigHistory`); its snapshot (key
+        ``producer|<client.id>|...``) carries the first, the one it started with, and all its counts.
+        A window that ran with more (an autotune swap while it was open) gets one more snapshot per
+        extra configuration, source ``<client.id>#config-<n>``, with that configuration and every count
+        0, final when the window's is. Reconciliation counts distinct configurations over a window's
+        producer snapshots (``producer_configs`` in the window result, ``spark_streaming.reconcile``),
+        so it sees > 1, while sums over snapshots (sent, acknowledged, failed, bytes) and the producer
+        count (distinct producer ids) stay exact. This needs no schema change: records stay readable
+        by every reader, and a producer that never changes configuration writes exactly what it wrote
+        before. Readers that take one snapshot per (producer id, window) must add the snapshots of a
+        producer id instead (their extras add 0).
+        """
+        configs = self._history.configs_between(w[_FIRST_SEQ], w[_LAST_SEQ])
+        self._send(
+            AuditRecord(
+                tier=PRODUCER_TIER,
+                source=self.client_id,
+                producer_id=self.producer_id,
+                topic=topic,
+                window_start_ms=start,
+                window_end_ms=end,
+                final=final,
+                sent=w[_SENT],
+                acknowledged=min(w[_ACKED], w[_SENT] - w[_FAILED]),
+                failed=w[_FAILED],
+                bytes=w[_BYTES],
+                first_sequence=w[_FIRST_SEQ],
+                last_sequence=w[_LAST_SEQ],
+                producer_config=configs[0],
+                network=self._network,
+            )
         )
+        for n, config in enumerate(configs[1:], 1):
+            self._send(
+                AuditRecord(
+                    tier=PRODUCER_TIER,
+                    source=f"{self.client_id}{CONFIG_MARKER}{n}",
+                    producer_id=self.producer_id,
+                    topic=topic,
+                    window_start_ms=start,
+                    window_end_ms=end,
+                    final=final,
+                    producer_config=config,
+                    network=self._network,
+                )
+            )
+
+    def _send(self, record: AuditRecord) -> None:
         self._audit_producer.produce(
             self.settings.audit_topic,
             encode(record),
@@ -422,6 +580,280 @@ class AuditedProducer:
             log.warning(
                 "audit snapshot for %s not delivered: %s (the next snapshot heals it)", msg.key(), err
             )
+
+    # ------------------------------------------------------------------ autotune: what runs
+    @property
+    def current_config(self) -> dict[str, Any]:
+        """The controlled librdkafka properties now running, canonical names and values.
+
+        ``acks``, ``enable.idempotence``, ``batch.num.messages``, ``linger.ms`` (ms) and
+        ``message.timeout.ms`` (ms, 0 = infinite).
+        """
+        return controlled_properties(self.reliability)
+
+    @property
+    def active_control_version(self) -> int | None:
+        """Version of the control record whose configuration runs; None: the constructor's config."""
+        return self._version
+
+    @property
+    def hints(self) -> dict[str, Any] | None:
+        """Hints for the application from the control records applied (a copy); None: none given.
+
+        ``poll_interval_ms`` (the polling interval delta, ms) and ``producers`` (producers of the
+        group), each None until a record gives it.
+        """
+        return dict(self._hints) if self._hints is not None else None
+
+    @property
+    def control_records_dead_lettered(self) -> int:
+        """Malformed control records of this producer's group sent to the dead-letter topic."""
+        return self._follower.dead_lettered if self._follower is not None else 0
+
+    def set_poll_interval(self, poll_interval_ms: float | None) -> None:
+        """Report that the application now polls every ``poll_interval_ms`` ms (the paper's delta).
+
+        Snapshots report it with the configuration from the next message on; a window that ran with
+        two polling intervals ran with two configurations (see :meth:`_emit`).
+        """
+        if poll_interval_ms == self.reliability.poll_interval_ms:
+            return
+        self.reliability = dataclasses.replace(self.reliability, poll_interval_ms=poll_interval_ms)
+        self._history.change(self._seq + 1, self.reliability)
+
+    # ------------------------------------------------------------------ autotune: the follower's side
+    def _start_follower(self) -> None:
+        with self._slot_lock:
+            if self._follower is not None or self._closed:
+                return
+            self._follower = ControlFollower(
+                conn=self._conn,
+                group=self.group,
+                control_topic=self.settings.control_topic,
+                dlq_topic=self.settings.dlq_topic,
+                dead_letters=self._audit_producer,
+                build=self._build_candidate,
+                offer=self._offer,
+                reject=self._follower_rejected,
+                running=lambda: self.current_config,
+                connect_timeout_s=self.settings.autotune_connect_timeout_ms / 1000,
+                name=f"{self.client_id}.autotune",
+            )
+        self._follower.start()
+
+    def _stop_follower(self) -> None:
+        if self._follower is not None:
+            self._follower.stop()
+
+    def _build_candidate(self, record: ControlRecord) -> Candidate:
+        """Return the inner config for ``record`` (follower thread; no I/O).
+
+        Raises:
+            ConfigError: if a reliability setting of the result is invalid.
+        """
+        config = inner_config(self._base_config, record)
+        candidate = Candidate(record, config, reliability_config(config, self.reliability.poll_interval_ms))
+        config["stats_cb"] = self._stats_callback(candidate.token)
+        return candidate
+
+    def _offer(self, candidate: Candidate) -> None:
+        """Put a prepared configuration in the slot (follower thread); the caller's thread swaps it in."""
+        with self._slot_lock:
+            replaced, self._pending = self._pending, candidate
+            closed = self._closed
+            if closed:
+                self._pending = None
+        if replaced is not None and replaced.producer is not None:
+            log.info("control version %d superseded before it was applied", replaced.record.version)
+            replaced.producer.close()
+        if closed and candidate.producer is not None:
+            candidate.producer.close()
+        self._wake()
+
+    def _follower_rejected(self, record: ControlRecord, reason: str) -> None:
+        """Queue the report that a configuration could not take over (follower thread)."""
+        self._incoming.append(
+            self._event(
+                "rejected", record.version, self.current_config, record.librdkafka_config(), reason, record
+            )
+        )
+        self._wake()
+
+    def _wake(self) -> None:
+        """Make the caller's next produce/poll run the reconfiguration tick (any thread)."""
+        self._next_reconfigure_ms = 0
+        self._next_tick_ms = 0
+
+    # ------------------------------------------------------------------ autotune: the caller's side
+    def _reconfigure_tick(self, now: int) -> None:
+        """Start the follower, report its events, swap in a handed-over configuration, judge probation."""
+        self._next_reconfigure_ms = now + _RECONFIGURE_TICK_MS
+        if self._follower is None and self._autotune:
+            self._start_follower()
+        while self._incoming:
+            self._report(self._incoming.popleft())
+        if self._pending is not None:
+            with self._slot_lock:
+                candidate, self._pending = self._pending, None
+            if candidate is not None:
+                self._apply(candidate, now)
+        if self._probation is not None:
+            self._judge(now)
+        if self._draining:
+            self._draining.reap(now)
+
+    def _apply(self, candidate: Candidate, now: int) -> None:
+        """Make ``candidate`` the running configuration: new messages go to its inner producer."""
+        record = candidate.record
+        if record.expired(now):
+            if candidate.producer is not None:
+                candidate.producer.close()
+            self._report(
+                self._event(
+                    "rejected",
+                    record.version,
+                    self.current_config,
+                    record.librdkafka_config(),
+                    "expired before it could be applied",
+                    record,
+                )
+            )
+            return
+        before = self.current_config
+        hints = self._merge_hints(record)
+        if candidate.producer is not None:
+            if self._probation is not None:
+                self._end_probation()  # a newer configuration: the one on probation is the base now
+            self._previous = (self._producer, self.reliability, self._version, self._hints, self._stats_token)
+            self._swap(candidate.producer, candidate.reliability, candidate.token, now, pinned=True)
+            self._probation = Probation(
+                self._seq + 1,
+                self.settings.autotune_probation_reports,
+                now + self.settings.autotune_probation_ms,
+            )
+        self._version = record.version
+        self._set_hints(hints)
+        self._report(self._event("applied", record.version, before, self.current_config, "applied", record))
+
+    def _swap(
+        self, producer: Any, reliability: ProducerConfig, token: object, now: int, pinned: bool
+    ) -> None:
+        """Send messages from the next sequence number on to ``producer``; drain the replaced one."""
+        old, old_config = self._producer, self.reliability
+        self._draining.add(
+            old,
+            drain_deadline_ms(now, old_config.message_timeout_ms),
+            f"control version {self._version}",
+            old_config.message_timeout_ms,
+            pinned=pinned,
+        )
+        reliability = dataclasses.replace(reliability, poll_interval_ms=old_config.poll_interval_ms)
+        self._producer, self._produce = producer, producer.produce
+        self.reliability = reliability
+        self._history.change(self._seq + 1, reliability)
+        network = self._network
+        self._network_base = (network.tx_retries, network.request_timeouts, network.tx_errors)
+        self._stats_token = token
+
+    def _probation_failure(self, err: KafkaError, msg: Message) -> None:
+        """Count a failed delivery of the configuration on probation; wake the tick when it fails."""
+        probation = self._probation
+        if probation is None:
+            return
+        try:
+            sequence: int | None = decode_stamp(stamp_of(msg.headers()))[1]
+        except MalformedStampError:
+            sequence = None
+        probation.on_failure(sequence, err)
+        if probation.rejected >= probation.reports:
+            self._wake()  # judged (and rolled back) on the caller's thread, outside librdkafka's callback
+
+    def _judge(self, now: int) -> None:
+        probation = self._probation
+        assert probation is not None
+        handed = self._seq - probation.first_sequence + 1
+        verdict = probation.verdict(handed, len(self._producer), now)
+        if verdict == "pass":
+            self._end_probation()
+        elif verdict == "fail":
+            self._rollback(now, f"the brokers rejected it: {probation.last_rejection}")
+
+    def _end_probation(self) -> None:
+        self._probation = None
+        self._previous = None
+        self._draining.unpin()
+
+    def _rollback(self, now: int, reason: str) -> None:
+        """Go back to the configuration before the one on probation (its inner producer, still open)."""
+        assert self._previous is not None
+        producer, reliability, version, hints, token = self._previous
+        failed_version, before = self._version, self.current_config
+        self._draining.take(producer)
+        self._swap(producer, reliability, token, now, pinned=False)
+        self._end_probation()
+        self._version = version
+        self._set_hints(hints)
+        self._report(self._event("rolled_back", failed_version, before, self.current_config, reason))
+
+    def _merge_hints(self, record: ControlRecord) -> dict[str, Any] | None:
+        given = {"poll_interval_ms": record.poll_interval_ms, "producers": record.producers}
+        if all(v is None for v in given.values()):
+            return self._hints
+        base = self._hints or {"poll_interval_ms": None, "producers": None}
+        return {k: (v if v is not None else base[k]) for k, v in given.items()}
+
+    def _set_hints(self, hints: dict[str, Any] | None) -> None:
+        if hints == self._hints:
+            return
+        self._hints = hints
+        if self._on_hints is not None:  # withdrawn hints (a rollback) are reported as None each
+            try:
+                self._on_hints(
+                    dict(hints) if hints is not None else {"poll_interval_ms": None, "producers": None}
+                )
+            except Exception:
+                log.exception("on_hints callback failed")
+
+    def _event(
+        self,
+        kind: str,
+        version: int | None,
+        before: dict[str, Any],
+        after: dict[str, Any],
+        reason: str,
+        record: ControlRecord | None = None,
+    ) -> dict[str, Any]:
+        return {
+            "kind": kind,
+            "group": self.group,
+            "producer_id": self.producer_id,
+            "version": version,
+            "from": before,
+            "to": after,
+            "reason": reason,
+            "record_reason": record.reason if record is not None else None,
+            "at_ms": now_ms(),
+        }
+
+    def _report(self, event: dict[str, Any]) -> None:
+        """Count, log and hand one configuration event to ``on_reconfigure``."""
+        self.config_events[event["kind"]] += 1
+        level = logging.INFO if event["kind"] == "applied" else logging.WARNING
+        log.log(
+            level,
+            "producer group %r, control version %s %s: %s -> %s (%s)",
+            self.group,
+            event["version"],
+            event["kind"].replace("_", " "),
+            event["from"],
+            event["to"],
+            event["reason"],
+        )
+        if self._on_reconfigure is not None:
+            try:
+                self._on_reconfigure(event)
+            except Exception:
+                log.exception("on_reconfigure callback failed")
 
 
 __all__ = ["AuditedProducer"]

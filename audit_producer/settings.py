@@ -7,7 +7,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from audit_record import DEFAULT_AUDIT_TOPIC, DEFAULT_WINDOW_MS
+from audit_record import DEFAULT_AUDIT_TOPIC, DEFAULT_DLQ_TOPIC, DEFAULT_WINDOW_MS
+from audit_record.control_record import DEFAULT_CONTROL_TOPIC
 
 
 class ProducerAuditSettings(BaseSettings):
@@ -25,6 +26,18 @@ class ProducerAuditSettings(BaseSettings):
             derive acknowledged = sent - failed once a window is settled, which is cheaper per message but
             incompatible with per-call ``on_delivery`` callbacks.
         poll_interval_ms: The application's polling interval (paper's delta), reported with the config.
+        autotune: Follow the control topic for ``group`` and apply its configurations (docs/DESIGN.md,
+            "Autotuned producer"); env ``KAFKA_AUDIT_PRODUCER_AUTOTUNE=1``.
+        group: Producer group whose control records this producer follows (the control topic's key);
+            None = the producer's librdkafka ``client.id``.
+        control_topic: The compacted control topic (``audit_record.control_record``).
+        dlq_topic: Where malformed control records go (docs/DESIGN.md, invariant 7).
+        autotune_connect_timeout_ms: A prepared inner producer must answer a metadata request within
+            this long before it replaces the running one, else the configuration is rejected, ms.
+        autotune_probation_reports: A new configuration is rolled back when this many of its first
+            delivery reports are broker-side rejections (an invalid or unsupported configuration) and
+            none of its messages has been delivered, messages.
+        autotune_probation_ms: After this long a new configuration without a verdict is kept, ms.
     """
 
     model_config = SettingsConfigDict(env_prefix="KAFKA_AUDIT_PRODUCER_", frozen=True)
@@ -35,3 +48,10 @@ class ProducerAuditSettings(BaseSettings):
     grace_ms: int = Field(10_000, ge=0)
     delivery_reports: Literal["all", "errors"] = "all"
     poll_interval_ms: float | None = Field(None, ge=0)
+    autotune: bool = False
+    group: str | None = Field(None, min_length=1)
+    control_topic: str = Field(DEFAULT_CONTROL_TOPIC, min_length=1)
+    dlq_topic: str = Field(DEFAULT_DLQ_TOPIC, min_length=1)
+    autotune_connect_timeout_ms: int = Field(10_000, gt=0)
+    autotune_probation_reports: int = Field(5, ge=1)
+    autotune_probation_ms: int = Field(60_000, gt=0)

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kafka_plumbing.errors import KafkaAuditError
+from kafka_plumbing.errors import ConfigError, KafkaAuditError
 
 testbed_app = typer.Typer(
     help="Testbed: impaired producer network (namespaces + NFQUEUE), scenarios, experiment grids, figures.",
@@ -236,9 +236,16 @@ def run(
     stage_seconds: Annotated[
         float | None, typer.Option(help="Run every stage this long, s (default: the scenario's).")
     ] = None,
+    control: Annotated[
+        str,
+        typer.Option(
+            help="The job's control loop: off, advise (decisions only), apply (autotuned producers follow "
+            "it; the offered load stays the scenario's)."
+        ),
+    ] = "off",
     poll_interval_ms: Annotated[
         float | None,
-        typer.Option(help="Polling interval of every stage's load, ms (rate = 1/delta; default: scenario's)."),
+        typer.Option(help="Polling interval of every stage's load, ms (rate = 1/delta; default: scenario's)"),
     ] = None,
 ) -> None:
     """Run a scenario: impaired audited producers, audit consumer, Spark job; compare with the verifier."""
@@ -249,6 +256,8 @@ def run(
     from testbed.run import ModelLifecycle, run_scenario
     from testbed.scenario import load_scenario
 
+    if control not in ("off", "advise", "apply"):
+        raise _fail(ConfigError(f"--control {control!r}: allowed values are off, advise, apply"))
     try:
         sc = load_scenario(scenario).with_overrides(stage_seconds, poll_interval_ms)
         for stage in sc.stages:
@@ -276,7 +285,14 @@ def run(
                 else None
             )
             result = run_scenario(
-                sc, lab, variant, spark=spark, work_dir=data_dir, log=console.log, lifecycle=lifecycle
+                sc,
+                lab,
+                variant,
+                spark=spark,
+                work_dir=data_dir,
+                log=console.log,
+                lifecycle=lifecycle,
+                control=control,
             )
     except KeyboardInterrupt:
         err_console.print("interrupted; the namespaces and the cluster were removed")
@@ -287,9 +303,11 @@ def run(
         shutil.rmtree(data_dir, ignore_errors=True)
     result.write(out)
     table = Table(title=f"scenario {sc.name} ({variant}): per stage, ground truth")
-    for col in ("stage", "network", "acks", "B", "T_o ms", "sent", "unique", "R_l", "R_d"):
+    cols = ("stage", "network", "acks", "B", "T_o ms", "sent", "unique", "R_l", "R_d", "changes")
+    for col in cols:
         table.add_column(col, justify="left" if col in ("stage", "network") else "right")
     for s in result.stages:
+        applied = [e for e in s.config_events if e.get("kind") == "applied"]
         table.add_row(
             s.name,
             s.network,
@@ -298,10 +316,17 @@ def run(
             str(s.config.get("message.timeout.ms", "")),
             f"{s.sent:,}",
             f"{s.unique:,}",
-            f"{s.loss_rate:.4%}",
+            f"{s.offered_loss_rate:.4%}",
             f"{s.duplicate_rate:.4%}",
+            str(len(applied)),
         )
     console.print(table)
+    totals = result.totals()
+    console.print(
+        f"whole run: offered {totals['offered']:,}, R_l {totals['loss_rate']:.4%} (not handed over counts as "
+        f"lost), R_d {totals['duplicate_rate']:.4%}; control {control}, "
+        f"{sum(d.get('kind') in ('change', 'rollback') for d in result.decisions)} change(s) decided"
+    )
     if spark:
         exact = sum(w.exact for w in result.windows)
         console.print(

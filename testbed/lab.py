@@ -15,7 +15,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,9 @@ class ProducerOutcome:
         seconds: Wall time from the first produce() to the end of the final flush, s.
         received: Copies in the topic, duplicates included (verifier).
         unique: Distinct sequence numbers in the topic (verifier).
+        not_handed_over: Messages the load could not hand to the producer within its
+            ``message.timeout.ms`` (a full queue): lost to the application although never sent.
+        config_events: The autotuned producer's configuration events (applied, rejected, rolled back).
     """
 
     producer_id: str
@@ -49,6 +52,21 @@ class ProducerOutcome:
     seconds: float
     received: int = 0
     unique: int = 0
+    not_handed_over: int = 0
+    config_events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def offered(self) -> int:
+        """Messages the application offered: sent + not handed over."""
+        return self.sent + self.not_handed_over
+
+    @property
+    def p_loss_offered(self) -> float:
+        """R_l of the offered load, fraction: (sent - unique + not handed over) / offered.
+
+        Issue 14 item 4: a message the application could not hand to a producer counts as lost.
+        """
+        return (self.lost + self.not_handed_over) / self.offered if self.offered else 0.0
 
     @property
     def lost(self) -> int:
@@ -174,7 +192,13 @@ class Lab:
         if proc.returncode != 0 or not lines:
             raise LabError(f"producer process failed ({proc.returncode}): {err.strip()[-2000:]}")
         res: dict[str, Any] = json.loads(lines[-1])
-        return ProducerOutcome(str(res["producer_id"]), int(res["produced"]), float(res["seconds"]))
+        return ProducerOutcome(
+            str(res["producer_id"]),
+            int(res["produced"]),
+            float(res["seconds"]),
+            not_handed_over=int(res.get("not_handed_over") or 0),
+            config_events=list(res.get("config_events") or []),
+        )
 
     def produce(self, run: ProducerRun, timeout_s: float = 600.0) -> ProducerOutcome:
         """Run one producer process to completion (no ground truth yet; see :meth:`truth`)."""

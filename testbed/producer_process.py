@@ -32,6 +32,10 @@ class ProducerRun(BaseModel):
         window_ms: Audit window, ms.
         client_id: librdkafka ``client.id``.
         seed: Message pool seed.
+        autotune: Follow the control topic and apply its configurations (docs/DESIGN.md, "Autotuned
+            producer").
+        group: Producer group on the control topic (None: ``client_id``).
+        follow_hints: Follow the polling-interval hint (changes the offered load; off for comparisons).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -47,6 +51,9 @@ class ProducerRun(BaseModel):
     window_ms: int = 10_000
     client_id: str = "kafka-audit-testbed"
     seed: int = 0
+    autotune: bool = False
+    group: str | None = None
+    follow_hints: bool = False
 
     @property
     def rate(self) -> float:
@@ -55,7 +62,11 @@ class ProducerRun(BaseModel):
 
 
 def run(spec: ProducerRun) -> dict[str, Any]:
-    """Send the load; return ``{"produced", "seconds", "producer_id", "snapshots"}``."""
+    """Send the load; return what it did (:class:`~audit_producer.load.LoadResult`) as a dict.
+
+    Keys: ``produced``, ``seconds``, ``producer_id``, ``snapshots``, ``not_handed_over``,
+    ``config_events`` (a list of the autotuned producer's event dicts), ``control_version``.
+    """
     from audit_producer.load import run_load
     from audit_producer.settings import ProducerAuditSettings
 
@@ -67,6 +78,8 @@ def run(spec: ProducerRun) -> dict[str, Any]:
         snapshot_interval_ms=min(5_000, max(500, spec.window_ms // 2)),
         delivery_reports="errors",
         poll_interval_ms=spec.poll_interval_ms,  # reported with the config: the model's delta
+        autotune=spec.autotune,
+        group=spec.group,
     )
     config = {"bootstrap.servers": spec.bootstrap_servers, "client.id": spec.client_id, **spec.config}
     result = run_load(
@@ -80,12 +93,16 @@ def run(spec: ProducerRun) -> dict[str, Any]:
         message_bytes=spec.message_bytes,
         seed=spec.seed,
         stop=stop,
+        follow_hints=spec.follow_hints,
     )
     return {
         "produced": result.produced,
         "seconds": result.seconds,
         "producer_id": result.producer_id,
         "snapshots": result.snapshots,
+        "not_handed_over": result.not_handed_over,
+        "config_events": result.config_events,
+        "control_version": result.control_version,
     }
 
 

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kafka_plumbing.errors import KafkaAuditError
+from kafka_plumbing.errors import ConfigError, KafkaAuditError
 from testbed.lab import Lab, ProducerOutcome
 from testbed.producer_process import ProducerRun
 from testbed.scenario import Scenario
@@ -47,6 +47,10 @@ class StageResult:
         sent, unique, received, duplicated, lost: Messages (verifier).
         loss_rate: R_l, fraction. duplicate_rate: R_d, fraction.
         seconds: Producer wall time, s.
+        not_handed_over: Messages the load could not hand to the producer in time (counted as lost in
+            ``offered_loss_rate``).
+        offered_loss_rate: R_l of the offered load, fraction (issue 14 item 4).
+        config_events: The autotuned producer's configuration events (``--control apply``).
     """
 
     name: str
@@ -61,6 +65,9 @@ class StageResult:
     loss_rate: float
     duplicate_rate: float
     seconds: float
+    not_handed_over: int = 0
+    offered_loss_rate: float = 0.0
+    config_events: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -148,6 +155,22 @@ class ScenarioResult:
     topic: str
     stages: list[StageResult] = field(default_factory=list)
     windows: list[WindowComparison] = field(default_factory=list)
+    control: str = "off"
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+
+    def totals(self) -> dict[str, float]:
+        """Return whole-run offered, sent, lost (incl. not handed over), duplicated; R_l, R_d (fractions)."""
+        offered = sum(s.sent + s.not_handed_over for s in self.stages)
+        lost = sum(s.lost + s.not_handed_over for s in self.stages)
+        dup = sum(s.duplicated for s in self.stages)
+        return {
+            "offered": offered,
+            "sent": sum(s.sent for s in self.stages),
+            "lost": lost,
+            "duplicated": dup,
+            "loss_rate": lost / offered if offered else 0.0,
+            "duplicate_rate": dup / offered if offered else 0.0,
+        }
 
     def write(self, out_dir: Path) -> None:
         """Write ``stages.json`` and ``windows.csv`` into ``out_dir``."""
@@ -158,7 +181,10 @@ class ScenarioResult:
                     "scenario": self.scenario,
                     "variant": self.variant,
                     "topic": self.topic,
+                    "control": self.control,
+                    "totals": self.totals(),
                     "stages": [asdict(s) for s in self.stages],
+                    "decisions": self.decisions,
                 },
                 indent=2,
             )
@@ -180,6 +206,7 @@ def run_scenario(
     log: Callable[[str], None] = print,
     final_timeout_s: float = 300.0,
     lifecycle: ModelLifecycle | None = None,
+    control: str = "off",
 ) -> ScenarioResult:
     """Run ``scenario`` in ``lab`` and compare the audit pipeline with the verifier.
 
@@ -193,6 +220,9 @@ def run_scenario(
         final_timeout_s: Deadline for every window to be final after the load, s.
         lifecycle: Training store, registry and retraining of the Spark job (None: the job's defaults
             inside ``work_dir``, no retraining).
+        control: The job's control loop (``off``, ``advise``, ``apply``; ``control_loop``): in ``apply``
+            the stage producers are autotuned (group ``testbed-<scenario>``) and follow its changes; the
+            offered load stays the scenario's (hints on the polling interval are not followed).
 
     Raises:
         ConfigError: for an unknown variant.
@@ -220,13 +250,15 @@ def run_scenario(
     consumer_thread.start()
     job = None
     finals: dict[tuple[str, int, str], dict[str, Any]] = {}
+    result = ScenarioResult(scenario.name, variant, topic, control=control)
+    if control != "off" and not spark:
+        raise ConfigError(f"control={control!r} needs the Spark job (allowed without it: off)")
     if spark:
-        job = _start_job(lab, scenario, work_dir, finals, lifecycle)
+        job = _start_job(lab, scenario, work_dir, finals, lifecycle, control, result.decisions)
         serving = job.live_model.serving.version if job.live_model.serving else "-"
-        log(f"Spark reconciliation job running (model {serving})")
-    result = ScenarioResult(scenario.name, variant, topic)
+        log(f"Spark reconciliation job running (model {serving}, control {control})")
     try:
-        outcomes = _run_stages(scenario, lab, topic, variant, log)
+        outcomes = _run_stages(scenario, lab, topic, variant, log, autotune=control == "apply")
         log("load done; waiting for the verifier's ground truth")
         truth = lab.truth(topic, scenario.window_ms, [o for o, _, _ in outcomes], timeout_s=final_timeout_s)
         for (o, stage_name, config), stage in zip(outcomes, scenario.stages, strict=True):
@@ -244,6 +276,9 @@ def run_scenario(
                     o.p_loss,
                     o.p_dup,
                     round(o.seconds, 3),
+                    o.not_handed_over,
+                    o.p_loss_offered,
+                    o.config_events,
                 )
             )
         windows = {start: t for start, t in totals_by_window(truth).items() if t.get("sent", 0) > 0}
@@ -306,6 +341,8 @@ def _start_job(
     work_dir: Path,
     finals: dict[tuple[str, int, str], dict[str, Any]],
     lifecycle: ModelLifecycle | None = None,
+    control: str = "off",
+    decisions: list[dict[str, Any]] | None = None,
 ) -> Any:
     from spark_streaming.job import ReconciliationJob
     from spark_streaming.settings import SparkJobSettings
@@ -329,12 +366,43 @@ def _start_job(
         **(lifecycle.job_settings() if lifecycle is not None else {"retrain": False}),
     )
     job = ReconciliationJob(s, listeners=[on_results])
+    if control != "off":
+        from control_loop.pipeline import attach_to_job
+        from control_loop.settings import ControlSettings
+
+        attach_to_job(
+            job,
+            ControlSettings(
+                mode=control,  # type: ignore[arg-type]
+                groups={lab.topic(scenario.topic): control_group(scenario)},
+                dwell_ms=CONTROL_DWELL_MS,
+                rollback_windows=2,
+                evaluation_timeout_ms=120_000,
+            ),
+        )
+        if decisions is not None:
+            job.control_listeners.append(decisions.append)
     job.start()
     return job
 
 
+CONTROL_DWELL_MS = 20_000
+"""The testbed's control-loop dwell time, ms: a scenario stage lasts 15-60 s, so the default minute
+would let the loop act at most once or twice per run."""
+
+
+def control_group(scenario: Scenario) -> str:
+    """Return the producer group of a scenario's autotuned producers on the control topic."""
+    return f"testbed-{scenario.name}"
+
+
 def _run_stages(
-    scenario: Scenario, lab: Lab, topic: str, variant: str, log: Callable[[str], None]
+    scenario: Scenario,
+    lab: Lab,
+    topic: str,
+    variant: str,
+    log: Callable[[str], None],
+    autotune: bool = False,
 ) -> list[tuple[ProducerOutcome, str, dict[str, Any]]]:
     procs = []
     for i, stage in enumerate(scenario.stages):
@@ -353,6 +421,8 @@ def _run_stages(
             window_ms=scenario.window_ms,
             client_id=f"testbed-{scenario.name}-{i}",
             seed=i,
+            autotune=autotune,
+            group=control_group(scenario) if autotune else None,
         )
         proc = lab.start_producer(run)
         procs.append((proc, stage.name, config))
