@@ -422,6 +422,52 @@ def learn_report(
     )
 
 
+@testbed_app.command("control-report")
+def control_report(
+    results: Annotated[
+        Path, typer.Argument(help="Directory with <stream>-off and <stream>-apply run results.")
+    ] = Path("var/control/results"),
+    out: Annotated[Path | None, typer.Option(help="Write the comparison as JSON here.")] = None,
+) -> None:
+    """Compare each stream's run without the control loop with its run in apply mode (paper Table II)."""
+    from testbed.control_report import compare, write_summary
+
+    try:
+        rows = compare(results)
+    except KafkaAuditError as exc:
+        raise _fail(exc) from exc
+    table = Table(title="closed loop vs default configuration (R_l of the offered load)")
+    cols = (
+        "stream",
+        "R_l default",
+        "R_l loop",
+        "ratio",
+        "R_d default",
+        "R_d loop",
+        "exact windows",
+        "changes",
+        "paper default -> dynamic",
+    )
+    for col in cols:
+        table.add_column(col, justify="left" if col == "stream" else "right")
+    for r in rows:
+        table.add_row(
+            r.stream,
+            f"{r.loss_off:.1%}",
+            f"{r.loss_apply:.1%}",
+            "-" if r.loss_ratio is None else f"{r.loss_ratio:.2f}",
+            f"{r.dup_off:.2%}",
+            f"{r.dup_apply:.2%}",
+            f"{r.exact_windows_off}/{r.windows_off}, {r.exact_windows_apply}/{r.windows_apply}",
+            f"{r.changes} ({'; '.join(r.configs) or '-'})",
+            "-" if r.paper_off is None else f"{r.paper_off:.1%} -> {r.paper_dynamic:.1%}",
+        )
+    console.print(table)
+    if out is not None:
+        write_summary(rows, out)
+        console.print(f"comparison in {out}")
+
+
 def register(app: typer.Typer) -> None:
     """Add this package's commands to the ``kafka-audit`` typer app."""
     app.add_typer(testbed_app, name="testbed")
