@@ -164,6 +164,7 @@ def suggest(
     target_gamma: float,
     weights: Weights | None = None,
     predictor: Predictor | None = None,
+    scale_producers: bool = True,
 ) -> Suggestion | None:
     """Find the smallest configuration change whose predicted gamma meets ``target_gamma``.
 
@@ -178,6 +179,8 @@ def suggest(
         target_gamma: Required gamma in (0, 1].
         weights: Eq. 2 weights (default 0.3, 0.3, 0.3, 0.1; see :meth:`Weights.preset`).
         predictor: Model (default: :func:`~predictor.model.default_predictor`).
+        scale_producers: Also search the number of producers (1 to :data:`MAX_PRODUCERS`); False keeps
+            the current count (an application that cannot scale, e.g. one producer per process).
 
     Returns:
         ``None`` if the current configuration already meets the target or no change raises gamma;
@@ -209,7 +212,11 @@ def suggest(
     i_cur = int(np.flatnonzero(is_cur)[0])
     tp = pred["throughput_msgs_per_s"].to_numpy()
     lam = rate if rate is not None else cur["producers"] * tp[i_cur]
-    n_prod = np.arange(1, max(MAX_PRODUCERS, int(cur["producers"])) + 1, dtype=np.float64)
+    n_prod = (
+        np.arange(1, max(MAX_PRODUCERS, int(cur["producers"])) + 1, dtype=np.float64)
+        if scale_producers
+        else np.array([float(int(cur["producers"]))])
+    )
     p_l, p_d = pred["p_loss"].to_numpy(), pred["p_dup"].to_numpy()
     # candidates = grid rows x producer counts, shape (rows, producers)
     phis = phi(tp[:, None], lam, p_l[:, None], n_prod[None, :])
@@ -217,7 +224,7 @@ def suggest(
     gam = gamma(
         phis, mus, np.broadcast_to(p_l[:, None], phis.shape), np.broadcast_to(p_d[:, None], phis.shape), w
     )
-    j_cur = int(cur["producers"]) - 1
+    j_cur = int(cur["producers"]) - 1 if scale_producers else 0
     g_cur = float(gam[i_cur, j_cur])
     before = Predicted(float(p_l[i_cur]), float(p_d[i_cur]), g_cur)
     if g_cur >= target_gamma:

@@ -78,6 +78,21 @@ def test_arrival_rate_above_capacity_suggests_scaling():
     assert s.details["after"]["mu"] > s.details["before"]["mu"]
 
 
+def test_without_scaling_the_producer_count_stays():
+    # the same stream for an application that cannot add producers: only librdkafka properties change
+    net = {
+        "packet_loss_pct": 0.0,
+        "delay_ms": 30.0,
+        "message_size_bytes": 100,
+        "arrival_rate_msgs_per_s": 20_000.0,
+    }
+    config = {"acks": 1, "batch.num.messages": 1, "message.timeout.ms": 5000, "producers": 2}
+    s = suggest(config, net, 0.9, scale_producers=False)
+    assert s is None or "producers" not in s.changes
+    if s is not None:
+        assert s.details["after"]["producers"] == s.details["before"]["producers"] == 2
+
+
 @pytest.mark.parametrize(
     ("config", "network", "target", "needle"),
     [
