@@ -26,7 +26,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from alerts.event import AlertEvent, AlertStatus, Severity
-from alerts.rules import AuditLagRule, Observation, WindowRule, audit_lag_rule, window_rules
+from alerts.rules import (
+    TOPIC_AUDITED,
+    AuditLagRule,
+    CompletenessRule,
+    Observation,
+    WindowRule,
+    audit_lag_rule,
+    window_rules,
+)
 from alerts.settings import AlertSettings
 from alerts.state import AlertState, AlertStateMachine, Transition
 
@@ -69,6 +77,14 @@ class AlertEngine:
         self._last_end: dict[AlertKey, int] = {}
         self._last_final: dict[tuple[str, str], int] = {}
         self._open: dict[tuple[str, str], dict[int, int]] = {}
+        self._waits: dict[tuple[str, str], dict[int, int]] = {}
+        """``final_wait_ms`` of open windows that have one, by (topic, tier) and window start, ms."""
+        self._audited_end: dict[tuple[str, str], int] = {}
+        """End of the newest final window with audited producers, by (topic, tier), ms."""
+        self._lagging: dict[tuple[str, str], dict[int, Mapping[str, Any]]] = {}
+        """Newest provisional row of each open window of a downstream tier, awaiting its lag judgement."""
+        self._lag_judged: dict[tuple[str, str], set[int]] = {}
+        """Open windows of a downstream tier already judged by the completeness rule's lag check."""
 
     # ------------------------------------------------------------------------------------------ API
     def observe(self, results: Iterable[Mapping[str, Any]], now_ms: int) -> list[AlertEvent]:
@@ -99,24 +115,40 @@ class AlertEngine:
                 finals.setdefault(key, {})[start] = row
             elif start > self._last_final.get(key, -1):
                 self._open.setdefault(key, {})[start] = int(row["window_end_ms"])
+                if row.get("final_wait_ms") is not None:
+                    self._waits.setdefault(key, {})[start] = int(row["final_wait_ms"])
+                if row.get("previous_tier") not in (None, "producer") and start not in self._lag_judged.get(
+                    key, ()
+                ):
+                    self._lagging.setdefault(key, {})[start] = row
         events: list[AlertEvent] = []
         for key, by_start in finals.items():
             for start in sorted(by_start):
                 if start <= self._last_final.get(key, -1):
                     continue  # judged before (a re-run micro-batch)
                 self._last_final[key] = start
+                row = self._with_audited(key, by_start[start])
                 for rule in self.window_rules:
                     machine = self._machine(rule.alertname, key, rule.for_count, rule.keep_firing_count)
-                    obs = rule.evaluate(by_start[start], firing=machine.firing)
+                    obs = rule.evaluate(row, firing=machine.firing)
                     events.extend(self._step(rule.alertname, rule.severity, key, machine, obs, now_ms))
             open_ = self._open.get(key, {})
+            waits = self._waits.get(key, {})
             for start in [s for s in open_ if s <= self._last_final[key]]:
                 del open_[start]
+                waits.pop(start, None)
+            lagging = self._lagging.get(key, {})
+            for start in [s for s in lagging if s <= self._last_final[key]]:
+                del lagging[start]
+            judged = self._lag_judged.get(key)
+            if judged:
+                judged -= {s for s in judged if s <= self._last_final[key]}
+        events.extend(self._judge_lagging(now_ms))
         if self.lag_rule is not None:
             rule = self.lag_rule
             for key in sorted(set(self._open) | set(self._last_final)):
                 machine = self._machine(rule.alertname, key, rule.for_count, rule.keep_firing_count)
-                obs = rule.evaluate(*key, self._open.get(key, {}), now_ms)
+                obs = rule.evaluate(*key, self._open.get(key, {}), now_ms, self._waits.get(key))
                 events.extend(self._step(rule.alertname, rule.severity, key, machine, obs, now_ms))
         return events
 
@@ -124,7 +156,8 @@ class AlertEngine:
         """Return the engine's state as JSON-compatible data (see :meth:`restore`).
 
         Holds per (alertname, topic, tier) the state machine (state, streaks), the firing event and the
-        last episode's end; per (topic, tier) the newest final window judged and the open windows.
+        last episode's end; per (topic, tier) the newest final window judged, the open windows and their
+        ``final_wait_ms`` (``open_waits``; states saved before it existed restore without).
         """
         return {
             "machines": [
@@ -134,6 +167,9 @@ class AlertEngine:
             "last_end": [[*k, v] for k, v in sorted(self._last_end.items())],
             "last_final": [[*k, v] for k, v in sorted(self._last_final.items())],
             "open": [[*k, sorted(v.items())] for k, v in sorted(self._open.items())],
+            "open_waits": [[*k, sorted(v.items())] for k, v in sorted(self._waits.items()) if v],
+            "lag_judged": [[*k, sorted(v)] for k, v in sorted(self._lag_judged.items()) if v],
+            "audited_end": [[*k, v] for k, v in sorted(self._audited_end.items())],
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -159,12 +195,17 @@ class AlertEngine:
             last_end = {(n, t, r): int(v) for n, t, r, v in state["last_end"]}
             last_final = {(t, r): int(v) for t, r, v in state["last_final"]}
             open_ = {(t, r): {int(a): int(b) for a, b in v} for t, r, v in state["open"]}
+            waits = {(t, r): {int(a): int(b) for a, b in v} for t, r, v in state.get("open_waits", [])}
+            lag_judged = {(t, r): {int(a) for a in v} for t, r, v in state.get("lag_judged", [])}
+            audited_end = {(t, r): int(v) for t, r, v in state.get("audited_end", [])}
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not an alert engine state: {type(exc).__name__}: {exc}") from exc
         if any(machines.get(k) is None or not machines[k].firing for k in firing):
             raise ValueError("not an alert engine state: a firing event without a firing state machine")
         self._machines, self._firing, self._last_end = machines, firing, last_end
-        self._last_final, self._open = last_final, open_
+        self._last_final, self._open, self._waits = last_final, open_, waits
+        self._lag_judged, self._lagging = lag_judged, {}
+        self._audited_end = audited_end
 
     def firing(self) -> list[AlertEvent]:
         """Return the firing event of every alert firing now."""
@@ -175,6 +216,48 @@ class AlertEngine:
         return {k: m.state for k, m in self._machines.items()}
 
     # ------------------------------------------------------------------------------------- internals
+    def _with_audited(self, key: tuple[str, str], row: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Return ``row`` with :data:`alerts.rules.TOPIC_AUDITED`: the (topic, tier) has audited producers.
+
+        True if this window has some (``producers`` > 0) or a final window of the (topic, tier) that
+        ended at most ``audited_producers_memory_ms`` before this one started had some (a kcat burst in
+        a window of its own still belongs to an audited topic).
+        """
+        if (row.get("producers") or 0) > 0:
+            self._audited_end[key] = max(self._audited_end.get(key, -1), int(row["window_end_ms"]))
+            return {**row, TOPIC_AUDITED: True}
+        last = self._audited_end.get(key)
+        memory = self.settings.audited_producers_memory_ms
+        recent = last is not None and int(row["window_start_ms"]) - last <= memory
+        return {**row, TOPIC_AUDITED: recent}
+
+    def _judge_lagging(self, now_ms: int) -> list[AlertEvent]:
+        """Judge downstream tiers' open windows whose allowed lag has passed (once per window).
+
+        :meth:`alerts.rules.CompletenessRule.evaluate_lagging` on the newest provisional row of each: a
+        bad one is an observation of the completeness alert of its (topic, tier); one that caught up in
+        time is left to its final window. Pending rows are not kept across a restart (``to_state``
+        keeps only which windows were judged).
+        """
+        rule = next((r for r in self.window_rules if isinstance(r, CompletenessRule)), None)
+        if rule is None or rule.tier_lag_ms is None:
+            self._lagging.clear()
+            return []
+        events: list[AlertEvent] = []
+        for key in sorted(self._lagging):
+            pending = self._lagging[key]
+            for start in sorted(pending):
+                row = pending[start]
+                if now_ms <= int(row["window_end_ms"]) + rule.tier_lag_ms:
+                    continue
+                del pending[start]
+                self._lag_judged.setdefault(key, set()).add(start)
+                obs = rule.evaluate_lagging(row, now_ms)
+                if obs.bad:
+                    machine = self._machine(rule.alertname, key, rule.for_count, rule.keep_firing_count)
+                    events.extend(self._step(rule.alertname, rule.severity, key, machine, obs, now_ms))
+        return events
+
     def _machine(self, alertname: str, key: tuple[str, str], for_count: int, keep: int) -> AlertStateMachine:
         akey = (alertname, *key)
         machine = self._machines.get(akey)

@@ -31,6 +31,8 @@ GAMMA_BELOW_TARGET = "KafkaAuditGammaBelowTarget"
 PREDICTION_DRIFT = "KafkaAuditPredictionDrift"
 AUDIT_LAG = "KafkaAuditAuditLag"
 UNAUDITED_PRODUCERS = "KafkaAuditUnauditedProducers"
+UNAUDITED_TRAFFIC = "KafkaAuditUnauditedTraffic"
+"""Messages without an audit stamp beside audited producers' messages (issue 15): never counted as loss."""
 TEST_ALERT = "KafkaAuditTestAlert"
 """Sent by ``kafka-audit alerts test-fire`` only; never by a rule."""
 
@@ -40,6 +42,7 @@ ALERT_NAMES: tuple[str, ...] = (
     PREDICTION_DRIFT,
     AUDIT_LAG,
     UNAUDITED_PRODUCERS,
+    UNAUDITED_TRAFFIC,
 )
 
 MODEL_PROMOTED = "KafkaAuditModelPromoted"

@@ -1,4 +1,4 @@
-"""The five alert rules: what makes one window (or one evaluation) bad, with the numbers behind it.
+"""The six alert rules: what makes one window (or one evaluation) bad, with the numbers behind it.
 
 A rule turns its input into an :class:`Observation` (bad / good / unknown, value, threshold, text);
 the engine feeds it to the alert's state machine (:mod:`alerts.state`). Window rules judge one final
@@ -24,15 +24,21 @@ from alerts.event import (
     GAMMA_BELOW_TARGET,
     PREDICTION_DRIFT,
     UNAUDITED_PRODUCERS,
+    UNAUDITED_TRAFFIC,
     Severity,
 )
 from alerts.settings import AlertSettings
-from audit_record import window_result
+from audit_record import PRODUCER_TIER, window_result
 
 NUMBER_FIELDS: tuple[str, ...] = window_result.SUMMARY_NUMBERS
 """Window-result fields copied into an alert's ``numbers`` when present."""
 
 UNAUDITED_SUGGESTION = "use audit_producer.AuditedProducer for every producer of the topic"
+
+TOPIC_AUDITED = "_topic_has_audited_producers"
+"""Key the engine adds to a final window before judging it: True if the (topic, tier) has audited producers
+in this window or in a recent one (:meth:`alerts.engine.AlertEngine.observe`); without it, this window's
+``producers`` decide."""
 
 
 @dataclass(frozen=True)
@@ -142,9 +148,59 @@ class WindowRule:
 
 @dataclass(frozen=True)
 class CompletenessRule(WindowRule):
-    """KafkaAuditCompletenessBelowTarget: completeness (unique / sent, fraction) < target."""
+    """KafkaAuditCompletenessBelowTarget: completeness (unique / sent, fraction) < target.
+
+    Judged on each final window; and, for a downstream tier (one whose ``previous_tier`` is not the
+    producer tier: a replication tier such as MirrorMaker 2's target, an application consumer tier),
+    also on a still-provisional window once ``tier_lag_ms`` have passed after its end: bad while the
+    tier holds less than ``target`` of what the tier before it holds (``completeness_vs_previous``),
+    i.e. it lags or lost messages on its hop (:meth:`evaluate_lagging`). The first tier after the
+    producers is judged on final windows only, as producers' retries may still be in flight before.
+
+    Attributes:
+        target: Completeness target, fraction.
+        tier_lag_ms: How long after a window's end a downstream tier may take to catch up with the tier
+            before it, ms (None: downstream tiers are judged on final windows only).
+    """
 
     target: float = 0.999
+    tier_lag_ms: int | None = 30_000
+
+    def evaluate_lagging(self, result: Mapping[str, Any], now_ms: int) -> Observation:
+        """Judge a provisional window of a downstream tier at wall clock ``now_ms`` (ms).
+
+        Bad if ``now_ms > window_end_ms + tier_lag_ms`` and ``completeness_vs_previous < target``;
+        unknown (``bad=None``) otherwise: too early, not a downstream tier, or nothing to compare.
+        """
+        previous = result.get("previous_tier")
+        value = _num(result, "completeness_vs_previous")
+        end = result.get("window_end_ms")
+        if (
+            self.tier_lag_ms is None
+            or previous in (None, PRODUCER_TIER)
+            or value is None
+            or end is None
+            or now_ms <= int(end) + self.tier_lag_ms
+            or value >= self.target
+        ):
+            return Observation(bad=None)
+        behind = (_num(result, "previous_unique") or 0.0) - (_num(result, "unique") or 0.0)
+        lag_s = (now_ms - int(end)) / 1000
+        return _window_obs(
+            result,
+            bad=True,
+            value=value,
+            threshold=self.target,
+            summary=(
+                f"{result['topic']} ({result['tier']}): {value:.2%} of {previous}'s messages "
+                f"{lag_s:.0f} s after the window's end, below target {self.target:.2%}"
+            ),
+            description=(
+                f"{_where(result)}: {behind:,.0f} message(s) that {previous} holds have not reached "
+                f"{result['tier']} {lag_s:.0f} s after the window's end (allowed lag "
+                f"{self.tier_lag_ms / 1000:.0f} s): replication or consumption is behind or lost them."
+            ),
+        )
 
     def evaluate(self, result: Mapping[str, Any], firing: bool) -> Observation:
         """Bad if ``completeness < target``; unknown without completeness or with sent = 0."""
@@ -175,9 +231,13 @@ class CompletenessRule(WindowRule):
     def info(self) -> RuleInfo:
         """Describe the rule."""
         fire, resolve = self._counts()
-        return RuleInfo(
-            self.alertname, self.severity, "completeness < target", f"{self.target:.4%}", fire, resolve
-        )
+        condition = "completeness < target"
+        if self.tier_lag_ms is not None:
+            condition += (
+                f"; downstream tiers also: < target of the tier before, {self.tier_lag_ms / 1000:.0f} s "
+                "after window end"
+            )
+        return RuleInfo(self.alertname, self.severity, condition, f"{self.target:.4%}", fire, resolve)
 
 
 @dataclass(frozen=True)
@@ -338,10 +398,68 @@ class UnauditedProducersRule(WindowRule):
 
 
 @dataclass(frozen=True)
+class UnauditedTrafficRule(WindowRule):
+    """KafkaAuditUnauditedTraffic: messages without an audit stamp beside audited ones (issue 15).
+
+    The share is ``unaudited / received`` of the window at this tier (fraction of the messages the
+    cluster holds). Unaudited messages are never loss: they are not in ``sent`` and not in ``unique``.
+    With ``needs_audited`` only topics that also have audited producers alert: in this window, or in a
+    recent one (the engine's :data:`TOPIC_AUDITED`); a topic nobody instrumented is monitored, not
+    alerted on.
+    """
+
+    threshold: float = 0.0
+    needs_audited: bool = True
+
+    def evaluate(self, result: Mapping[str, Any], firing: bool) -> Observation:
+        """Bad if ``unaudited / received > threshold`` (and audited producers reported, if needed).
+
+        Unknown without ``unaudited`` or ``received``.
+        """
+        unaudited, received = _num(result, "unaudited"), _num(result, "received")
+        if unaudited is None or received is None:
+            return Observation(bad=None)
+        share = unaudited / received if received else 0.0
+        audited = _num(result, "producers") or 0.0
+        topic_audited = result.get(TOPIC_AUDITED, audited > 0)
+        bad = share > self.threshold and (bool(topic_audited) or not self.needs_audited)
+        numbers = {**_numbers(result), "unaudited": unaudited, "received": received, "unaudited_share": share}
+        return Observation(
+            bad=bad,
+            value=share,
+            threshold=self.threshold,
+            window_start_ms=result.get("window_start_ms"),
+            window_end_ms=result.get("window_end_ms"),
+            numbers=numbers,
+            suggestion=UNAUDITED_SUGGESTION,
+            summary=(
+                f"{result['topic']} ({result['tier']}): {unaudited:,.0f} unaudited message(s), "
+                f"{share:.2%} of the topic's traffic"
+            ),
+            description=(
+                f"{_where(result)}: {unaudited:,.0f} of {received:,.0f} messages the cluster holds carry no "
+                "audit stamp (producers that do not use AuditedProducer), in a topic with audited "
+                f"producers ({audited:.0f} in this window). Their loss cannot be measured; they are not "
+                "counted as lost."
+            ),
+        )
+
+    def info(self) -> RuleInfo:
+        """Describe the rule."""
+        fire, resolve = self._counts()
+        condition = "unaudited / received > threshold" + (
+            ", topic has audited producers" if self.needs_audited else ""
+        )
+        return RuleInfo(self.alertname, self.severity, condition, f"{self.threshold:.2%}", fire, resolve)
+
+
+@dataclass(frozen=True)
 class AuditLagRule:
-    """KafkaAuditAuditLag: a window still provisional at wall clock > window end + grace + margin.
+    """KafkaAuditAuditLag: a window still provisional at wall clock > window end + its wait + margin.
 
     Judged once per evaluation for every (topic, tier) the engine has seen; counts are evaluations.
+    A window's wait is the job's grace, or longer when its producers may still deliver (the window
+    result's ``final_wait_ms``; docs/DESIGN.md, invariant 8).
 
     Attributes:
         grace_ms: The reconciliation job's grace, ms; margin_ms: extra slack, ms.
@@ -354,13 +472,26 @@ class AuditLagRule:
     grace_ms: int = 60_000
     margin_ms: int = 30_000
 
-    def evaluate(self, topic: str, tier: str, open_windows: Mapping[int, int], now_ms: int) -> Observation:
+    def evaluate(
+        self,
+        topic: str,
+        tier: str,
+        open_windows: Mapping[int, int],
+        now_ms: int,
+        waits: Mapping[int, int] | None = None,
+    ) -> Observation:
         """Judge one (topic, tier)'s provisional windows ``{window_start_ms: window_end_ms}`` at ``now_ms``.
 
-        The value is the oldest late window's lag behind its end, s; the threshold (grace + margin) in s.
+        ``waits`` gives a window's ``final_wait_ms`` by start (ms; missing: the grace). The value is the
+        oldest late window's lag behind its end, s; the threshold (its wait + margin) in s.
         """
+        waits = waits or {}
         limit_ms = self.grace_ms + self.margin_ms
-        late = sorted((s, e) for s, e in open_windows.items() if now_ms > e + limit_ms)
+
+        def limit(start: int) -> int:
+            return max(self.grace_ms, waits.get(start, 0)) + self.margin_ms
+
+        late = sorted((s, e) for s, e in open_windows.items() if now_ms > e + limit(s))
         if not late:
             return Observation(
                 bad=False,
@@ -370,10 +501,11 @@ class AuditLagRule:
             )
         start, end = late[0]
         lag_s = (now_ms - end) / 1000
+        wait_ms = limit(start) - self.margin_ms
         return Observation(
             bad=True,
             value=lag_s,
-            threshold=limit_ms / 1000,
+            threshold=limit(start) / 1000,
             window_start_ms=start,
             window_end_ms=end,
             numbers={"late_windows": float(len(late)), "lag_seconds": lag_s},
@@ -381,7 +513,7 @@ class AuditLagRule:
             description=(
                 f"{topic} ({tier}): window {_utc(start)}"
                 + (f" and {len(late) - 1} later one(s)" if len(late) > 1 else "")
-                + f" still provisional {lag_s:.0f} s after its end (grace {self.grace_ms / 1000:.0f} s"
+                + f" still provisional {lag_s:.0f} s after its end (wait {wait_ms / 1000:.0f} s"
                 f" + margin {self.margin_ms / 1000:.0f} s); the audit consumer or the reconciliation job"
                 " is behind."
             ),
@@ -392,9 +524,9 @@ class AuditLagRule:
         return RuleInfo(
             self.alertname,
             self.severity,
-            "window provisional after end + grace + margin",
-            f"{(self.grace_ms + self.margin_ms) / 1000:.0f} s (grace {self.grace_ms / 1000:.0f} s + "
-            f"margin {self.margin_ms / 1000:.0f} s)",
+            "window provisional after end + its wait + margin",
+            f"{(self.grace_ms + self.margin_ms) / 1000:.0f} s (grace {self.grace_ms / 1000:.0f} s, or the "
+            f"window's final_wait_ms when longer, + margin {self.margin_ms / 1000:.0f} s)",
             f"{self.for_count} bad evaluation(s) in a row",
             f"{self.keep_firing_count} good evaluation(s) in a row",
         )
@@ -410,6 +542,7 @@ def window_rules(settings: AlertSettings) -> list[WindowRule]:
             s.completeness_for_windows,
             s.completeness_keep_firing_windows,
             target=s.completeness_target,
+            tier_lag_ms=s.completeness_tier_lag_ms,
         ),
         GammaRule(
             GAMMA_BELOW_TARGET,
@@ -432,6 +565,14 @@ def window_rules(settings: AlertSettings) -> list[WindowRule]:
             s.unaudited_for_windows,
             s.unaudited_keep_firing_windows,
             threshold=s.unaudited_producers_threshold,
+        ),
+        UnauditedTrafficRule(
+            UNAUDITED_TRAFFIC,
+            s.unaudited_traffic_severity,
+            s.unaudited_traffic_for_windows,
+            s.unaudited_traffic_keep_firing_windows,
+            threshold=s.unaudited_share_threshold,
+            needs_audited=s.unaudited_traffic_needs_audited,
         ),
     ]
     return [r for r in rules if r.alertname not in s.disabled_rules]

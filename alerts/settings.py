@@ -34,6 +34,10 @@ class AlertSettings(BaseSettings):
         completeness_for_windows: Bad final windows in a row before KafkaAuditCompletenessBelowTarget fires.
         completeness_keep_firing_windows: Good final windows in a row before it resolves.
         completeness_severity: Its ``severity`` label.
+        completeness_tier_lag_ms: A downstream tier (replication, application consumers) whose window
+            still holds less than ``completeness_target`` of the tier before it this long after the
+            window's end counts as a bad window for KafkaAuditCompletenessBelowTarget, ms (None: such
+            tiers are judged on final windows only).
         gamma_target: KPI gamma target (Eq. 2, 0-1) used when a window result carries no ``gamma_target``
             (None: such windows are not judged).
         gamma_resolve_margin: A firing gamma alert resolves only at gamma >= target + margin (value
@@ -53,6 +57,15 @@ class AlertSettings(BaseSettings):
         unaudited_producers_threshold: A final window with more unaudited producers than this is bad.
         unaudited_for_windows, unaudited_keep_firing_windows, unaudited_severity: As above, for
             KafkaAuditUnauditedProducers.
+        unaudited_share_threshold: A final window whose unaudited messages (no audit stamp) make up
+            more than this share of what the cluster holds (unaudited / received, fraction 0-1) is bad
+            for KafkaAuditUnauditedTraffic; 0: any unaudited message.
+        unaudited_traffic_needs_audited: Judge KafkaAuditUnauditedTraffic only on windows of topics that
+            also have audited producers (a topic nobody instrumented is monitored, not alerted on).
+        audited_producers_memory_ms: A topic (per tier) counts as having audited producers while its
+            newest final window with some ended at most this long before the judged window starts, ms.
+        unaudited_traffic_for_windows, unaudited_traffic_keep_firing_windows,
+            unaudited_traffic_severity: As above, for KafkaAuditUnauditedTraffic.
         disabled_rules: Alert names not evaluated.
         bootstrap_servers: Kafka ``bootstrap.servers`` of the alerts topic (None: no Kafka sink).
         alerts_topic: Topic of the Avro AlertEvents (created if missing, keyed by fingerprint).
@@ -79,6 +92,7 @@ class AlertSettings(BaseSettings):
     completeness_for_windows: int = Field(1, ge=1)
     completeness_keep_firing_windows: int = Field(2, ge=1)
     completeness_severity: Severity = "critical"
+    completeness_tier_lag_ms: int | None = Field(30_000, ge=0)
 
     gamma_target: float | None = Field(None, ge=0.0, le=1.0)
     gamma_resolve_margin: float = Field(0.0, ge=0.0, le=1.0)
@@ -101,6 +115,13 @@ class AlertSettings(BaseSettings):
     unaudited_for_windows: int = Field(1, ge=1)
     unaudited_keep_firing_windows: int = Field(2, ge=1)
     unaudited_severity: Severity = "warning"
+
+    unaudited_share_threshold: float = Field(0.0, ge=0.0, lt=1.0)
+    unaudited_traffic_needs_audited: bool = True
+    audited_producers_memory_ms: int = Field(3_600_000, ge=0)
+    unaudited_traffic_for_windows: int = Field(1, ge=1)
+    unaudited_traffic_keep_firing_windows: int = Field(2, ge=1)
+    unaudited_traffic_severity: Severity = "warning"
 
     disabled_rules: list[str] = Field(default_factory=list)
 

@@ -7,6 +7,12 @@ committed in one Kafka transaction (``send_offsets_to_transaction``, KIP-447 gro
 ``kill -9`` at any moment and a restart yield the same final counts as an undisturbed run. Several
 instances in one consumer group split the partitions; snapshots are keyed by the group, not the
 instance, so counts follow a partition when it moves.
+
+Topics are named, or matched by patterns and re-discovered every ``discovery_interval_ms``
+(:mod:`audit_consumer.discovery`): a new match changes the subscription (a rebalance commits what is
+pending and reloads the state). A window closes once none of its messages can still arrive: after the
+grace, or after the largest ``message.timeout.ms`` its producers reported plus a margin
+(:mod:`audit_consumer.producer_timeouts`; docs/DESIGN.md, invariant 8).
 """
 
 from __future__ import annotations
@@ -28,13 +34,14 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from audit_consumer import counts
-from audit_consumer.counts import PartitionCounts, count_batch, fold_latencies, unique_of
-from audit_consumer.latency import percentile
+from audit_consumer.counts import PartitionCounts, count_batch
+from audit_consumer.discovery import select_topics
+from audit_consumer.producer_timeouts import ProducerTimeouts
 from audit_consumer.settings import AuditConsumerSettings
+from audit_consumer.snapshots import dirty_buckets, snapshot_record
 from audit_consumer.state import decode_state, encode_state, state_key
 from audit_consumer.watchdog import TransactionHungError, call_with_deadline
-from audit_record import AuditRecord, DeadLetter, cluster_tier, encode, now_ms
+from audit_record import DeadLetter, cluster_tier, encode, now_ms
 from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.security import client_config
 from kafka_plumbing.topics import (
@@ -115,6 +122,18 @@ class AuditConsumer:
             {"bootstrap.servers": settings.bootstrap_servers, **settings.extra_config}, settings.kafka
         )
         self._base = base
+        # The audit, state and dead-letter topics (and the transactions) live on the audit cluster: this
+        # one, or the one the reconciliation reads (settings.audit_bootstrap_servers).
+        audit_base = (
+            client_config(
+                {"bootstrap.servers": settings.audit_bootstrap_servers, **settings.extra_config},
+                settings.kafka,
+            )
+            if settings.external_offsets
+            else base
+        )
+        self._audit_base = audit_base
+        self._naming = settings.replication_naming
         self._consumer = Consumer(
             {
                 **base,
@@ -131,7 +150,7 @@ class AuditConsumer:
             }
         )
         self._producer_config = {
-            **base,
+            **audit_base,
             "transactional.id": settings.transactional_id,
             "client.id": f"{settings.transactional_id}",
             "transaction.timeout.ms": 30_000,
@@ -147,13 +166,29 @@ class AuditConsumer:
         self._in_txn = False
         self._valid_pids: dict[bytes, bool] = {}
         self._next_commit = 0.0
+        self.topics: list[str] = []
+        """The topics subscribed to now (named ones and discovered matches)."""
+        self._next_discovery = 0.0
+        self.finality = settings.finality
+        self.timeouts: ProducerTimeouts | None = (
+            ProducerTimeouts(
+                audit_base,
+                settings.audit_topic,
+                settings.window_ms,
+                self.finality,
+                f"{settings.group}.timeouts",
+            )
+            if self.finality.adaptive
+            else None
+        )
+        """Where the producers' ``message.timeout.ms`` come from (None: fixed grace)."""
 
     # ------------------------------------------------------------------ lifecycle
     def ensure_topics(self) -> None:
         """Create the audit, state and dead-letter topics if missing."""
-        ensure_topic(self._base, self.s.audit_topic, 3, topic_config=AUDIT_TOPIC_CONFIG)
-        ensure_topic(self._base, self.s.state_topic, 3, topic_config=STATE_TOPIC_CONFIG)
-        ensure_topic(self._base, self.s.dlq_topic, 1)
+        ensure_topic(self._audit_base, self.s.audit_topic, 3, topic_config=AUDIT_TOPIC_CONFIG)
+        ensure_topic(self._audit_base, self.s.state_topic, 3, topic_config=STATE_TOPIC_CONFIG)
+        ensure_topic(self._audit_base, self.s.dlq_topic, 1)
 
     def run(
         self, stop: threading.Event | None = None, on_commit: Callable[[ConsumerStats], None] | None = None
@@ -173,14 +208,20 @@ class AuditConsumer:
         try:
             self._producer.init_transactions(30)
         except KafkaException as exc:
+            self._close()
             raise AuditConsumerError(f"cannot initialise transactions: {exc.args[0].str()}") from exc
-        self._consumer.subscribe(
-            list(self.s.topics), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
-        )
+        if self.timeouts is not None:
+            self.timeouts.start()
+        self._discover()
         interval = self.s.commit_interval_ms / 1000.0
         self._next_commit = time.monotonic() + interval
         try:
             while not stop.is_set():
+                if self.s.topic_patterns and time.monotonic() >= self._next_discovery:
+                    self._discover()
+                if not self.topics:  # nothing matches yet
+                    stop.wait(0.2)
+                    continue
                 msgs = self._consumer.consume(self.s.batch_size, 0.2)
                 if msgs:
                     self._process(msgs)
@@ -193,11 +234,51 @@ class AuditConsumer:
         finally:
             self._close()
 
+    def _discover(self) -> None:
+        """Subscribe to the named topics and the cluster's topics that match a pattern, if they changed.
+
+        The cluster's topic list is read only with patterns (:mod:`audit_consumer.discovery`); when it
+        cannot be read, the subscription stays as it is until the next try.
+        """
+        self._next_discovery = time.monotonic() + self.s.discovery_interval_ms / 1000
+        available: list[str] = []
+        if self.s.topic_patterns:
+            try:
+                available = list(self._consumer.list_topics(timeout=10).topics)
+            except KafkaException as exc:
+                log.warning("cannot list the topics (%s); keeping %s", exc.args[0].str(), self.topics)
+                return
+        own = (self.s.audit_topic, self.s.state_topic, self.s.dlq_topic)
+        topics = select_topics(
+            available, self.s.topics, self.s.topic_patterns, self.s.exclude_topic_patterns, own
+        )
+        if topics == self.topics:
+            return
+        added = sorted(set(topics) - set(self.topics))
+        if topics:
+            self._consumer.subscribe(
+                topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+            )
+        else:
+            self._consumer.unsubscribe()
+        log.info("auditing %d topic(s)%s", len(topics), f"; new: {', '.join(added)}" if added else "")
+        self.topics = topics
+
+    def _wait_of(self, topic: str) -> Callable[[int], int] | None:
+        """Return the delivery bound of ``topic``'s windows by start (None without adaptive finality)."""
+        timeouts = self.timeouts
+        if timeouts is None:
+            return None
+        source = self._naming.source_topic(topic)  # producers report the source topic of a copy
+        return lambda start: timeouts.wait_ms(source, start)
+
     def _close(self) -> None:
         """Abort what is uncommitted (a restart re-reads it), leave the group, close the clients."""
         steps = [self._consumer.close, lambda: self._producer.flush(10), self._producer.close]
         if self._in_txn:
             steps.insert(0, lambda: self._producer.abort_transaction(10))
+        if self.timeouts is not None:
+            steps.append(self.timeouts.stop)
         for step in steps:
             try:
                 step()
@@ -212,7 +293,15 @@ class AuditConsumer:
             self._parts[key] = loaded.get(key) or PartitionCounts(
                 key[0], key[1], self.s.window_ms, self.s.grace_ms
             )
+        if self.s.external_offsets:  # the offsets are in the state, not in the group: start there
+            consumer.assign([self._state_position(key) for key in keys])
         log.info("assigned %s", keys)
+
+    def _state_position(self, key: tuple[str, int]) -> TopicPartition:
+        """Where to read ``key`` from with offsets kept in the state: its ``next_offset``, else the start."""
+        st = self._parts.get(key)
+        off = st.next_offset if st is not None and st.next_offset >= 0 else OFFSET_BEGINNING
+        return TopicPartition(key[0], key[1], off)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._commit()
@@ -232,7 +321,9 @@ class AuditConsumer:
         wanted = {state_key(self.s.group, t, p): (t, p) for t, p in keys}
         found: dict[tuple[str, int], bytes] = {}
         try:
-            for m in read_to_end(self._base, self.s.state_topic, group_id=f"{self.s.group}.state-reader"):
+            for m in read_to_end(
+                self._audit_base, self.s.state_topic, group_id=f"{self.s.group}.state-reader"
+            ):
                 key = wanted.get(m.key() or b"")
                 if key is not None and m.value() is not None:
                     found[key] = m.value()
@@ -279,14 +370,20 @@ class AuditConsumer:
         return True
 
     def _stale_after(self, topic: str) -> int | None:
-        return self.s.timeliness_ms.get(topic, self.s.default_timeliness_ms)
+        source = self._naming.source_topic(topic)
+        return self.s.timeliness_ms.get(topic, self.s.timeliness_ms.get(source, self.s.default_timeliness_ms))
 
     def _commit(self) -> None:
         """Emit snapshots of changed buckets and the states, send offsets, commit: one transaction."""
         now = now_ms()
         closing: dict[tuple[str, int], list[tuple[int, bytes | None, list]]] = {}
         for key, st in self._parts.items():
-            closed = st.advance(now if key in self._at_end else None, self.s.late_retention_ms)
+            closed = st.advance(
+                now if key in self._at_end else None,
+                self.s.late_retention_ms,
+                self._wait_of(st.topic),
+                self.finality.max_wait_ms,
+            )
             if closed:
                 closing[key] = closed
         dirty = [st for st in self._parts.values() if st.dirty]
@@ -298,13 +395,8 @@ class AuditConsumer:
         for st in dirty:
             stale_after = self._stale_after(st.topic)
             closed_keys = {(s, p) for s, p, _ in closing.get((st.topic, st.partition), [])}
-            for table, final in ((st.open, False), (st.closed, True)):
-                for (start, pid), b in table.items():
-                    if not b[counts.DIRTY]:
-                        continue
-                    fold_latencies(b, stale_after)
-                    self._emit(st, start, pid, b, final=final or (start, pid) in closed_keys)
-                    b[counts.DIRTY] = 0
+            for start, pid, b, final in dirty_buckets(st, closed_keys, stale_after):
+                self._emit(st, start, pid, b, final=final)
             self._producer.produce(
                 self.s.state_topic,
                 encode_state(self.s.group, st),
@@ -315,7 +407,7 @@ class AuditConsumer:
             st.dirty = False
         timeout = self._txn_timeout_s
         try:
-            if offsets:
+            if offsets and not self.s.external_offsets:  # else the state's next_offset is the offset
                 call_with_deadline(
                     self._producer.send_offsets_to_transaction,
                     offsets,
@@ -368,9 +460,11 @@ class AuditConsumer:
         assigned = self._consumer.assignment()
         keys = [(p.topic, p.partition) for p in assigned]
         loaded = self._load_states(keys)
-        committed = {
-            (tp.topic, tp.partition): tp.offset for tp in committed_offsets(self._consumer, assigned)
-        }
+        committed = (
+            {k: st.next_offset for k, st in loaded.items()}
+            if self.s.external_offsets
+            else {(tp.topic, tp.partition): tp.offset for tp in committed_offsets(self._consumer, assigned)}
+        )
         for key in keys:
             self._parts[key] = loaded.get(key) or PartitionCounts(
                 key[0], key[1], self.s.window_ms, self.s.grace_ms
@@ -379,27 +473,16 @@ class AuditConsumer:
             self._consumer.seek(TopicPartition(key[0], key[1], off if off >= 0 else OFFSET_BEGINNING))
 
     def _emit(self, st: PartitionCounts, start: int, pid: bytes | None, b: list, final: bool) -> None:
-        hist = b[counts.HIST]
-        received = b[counts.RECEIVED]
-        record = AuditRecord(
-            tier=self.tier,
-            source=self.s.group,
-            producer_id=pid.decode() if pid is not None else None,
-            topic=st.topic,
-            partition=st.partition,
-            window_start_ms=start,
-            window_end_ms=start + self.s.window_ms,
-            final=final,
-            received=received,
-            unique=unique_of(pid, b),
-            duplicated=b[counts.DUPLICATED],
-            late=b[counts.LATE],
-            stale=b[counts.STALE],
-            unaudited=received if pid is None else 0,
-            bytes=b[counts.BYTES],
-            latency_p50_ms=percentile(hist, 0.5),
-            latency_p99_ms=percentile(hist, 0.99),
-            latency_max_ms=float(b[counts.LAT_MAX]) if received else None,
+        record = snapshot_record(
+            self.tier,
+            self.s.group,
+            self._naming.source_topic(st.topic),  # a MirrorMaker 2 copy counts under its source topic
+            st.partition,
+            self.s.window_ms,
+            start,
+            pid,
+            b,
+            final,
         )
         self._producer.produce(
             self.s.audit_topic, encode(record), record.key().encode(), timestamp=record.emitted_at_ms
@@ -413,7 +496,15 @@ def describe(settings: AuditConsumerSettings) -> dict[str, Any]:
         "tier": cluster_tier(settings.cluster),
         "group": settings.group,
         "topics": settings.topics,
+        "topic_patterns": settings.topic_patterns,
         "transactional.id": settings.transactional_id,
         "window_ms": settings.window_ms,
         "grace_ms": settings.grace_ms,
+        "max_final_wait_ms": settings.max_final_wait_ms if settings.finality.adaptive else None,
+        "audit_bootstrap_servers": settings.audit_bootstrap_servers if settings.external_offsets else None,
+        "replication": (
+            {"policy": settings.replication_policy, "sources": settings.replication_sources}
+            if settings.replication_sources
+            else None
+        ),
     }

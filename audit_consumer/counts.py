@@ -3,8 +3,9 @@
 A partition's state holds, per (window, producer id), a bucket of counters and the set of sequence
 numbers seen (a 64-bit Roaring bitmap: compact for runs, exact). A message whose (producer id, sequence)
 is already in the set is a duplicate. A window closes when the partition's event-time watermark passes
-its end plus the grace; then its sequence set is dropped (memory stays bounded) and only its counters
-are kept, for ``late_retention_ms``, to count late messages.
+its end plus its wait (the grace, or longer while its producers may still deliver: docs/DESIGN.md,
+invariant 8); then its sequence set is dropped (memory stays bounded) and only its counters are kept,
+for ``late_retention_ms``, to count late messages.
 
 The watermark is the largest CreateTime seen in the partition; while the consumer is caught up
 (partition EOF) it also follows the wall clock, so an idle partition's windows close too.
@@ -113,12 +114,26 @@ class PartitionCounts:
             else:
                 seqs.add(sequence)
 
-    def advance(self, now_ms: int | None, late_retention_ms: int) -> list[tuple[int, bytes | None, list]]:
-        """Close every open window whose end + grace <= watermark; expire old closed counters.
+    def advance(
+        self,
+        now_ms: int | None,
+        late_retention_ms: int,
+        wait_ms: Callable[[int], int] | None = None,
+        max_wait_ms: int = 0,
+    ) -> list[tuple[int, bytes | None, list]]:
+        """Close every open window whose end + its wait <= watermark; expire old closed counters.
+
+        The wait is the grace, or longer for a window whose producers may still deliver
+        (``wait_ms``; docs/DESIGN.md, invariant 8). Windows close in order: one that must still wait
+        keeps every later window open too.
 
         Args:
             now_ms: Wall-clock time if the consumer is caught up on this partition (EOF), else None.
             late_retention_ms: How long closed counters are kept, ms after the window's end.
+            wait_ms: ``wait_ms(window_start_ms)``: how long after its end a window's messages may still
+                be appended (the delivery bound of :class:`audit_record.finality.Finality`), ms; 0 or
+                less: the grace alone. None: every window waits the grace.
+            max_wait_ms: The largest value ``wait_ms`` returns, ms (windows older than that are not asked).
 
         Returns:
             ``(window_start_ms, producer_id, bucket)`` of each window closed now (emit them as final).
@@ -127,6 +142,8 @@ class PartitionCounts:
         if wm < 0:
             return []
         horizon = wm - self.grace_ms
+        if wait_ms is not None and horizon > self.closed_horizon_ms:
+            horizon = self._held_horizon(horizon, wm, wait_ms, max_wait_ms)
         if horizon <= self.closed_horizon_ms:
             return []
         before = self.first_open_start_ms
@@ -146,6 +163,24 @@ class PartitionCounts:
             del self.closed[key]
         self.dirty = True  # the new horizon must be committed with the state
         return closed_now
+
+    def _held_horizon(self, horizon: int, wm: int, wait_ms: Callable[[int], int], max_wait_ms: int) -> int:
+        """Return ``horizon``, or the start of the first window that may still receive messages.
+
+        Checks the windows the grace alone would close, oldest first (empty ones too: a window whose
+        every message of this partition is still being retried has no bucket yet); windows that ended
+        ``max(grace, max_wait_ms)`` before ``wm`` or earlier close whatever ``wait_ms`` says.
+        """
+        w = self.window_ms
+        first = self.first_open_start_ms
+        if first < 0:  # first advance of this partition: from its oldest window
+            first = min((k[0] for k in self.open), default=window_start(horizon, w))
+        start = max(first, window_start(wm - max(max_wait_ms, self.grace_ms), w) - w)
+        while start + w <= horizon:  # the grace alone would close this window
+            if start + w + wait_ms(start) > wm:
+                return start
+            start += w
+        return horizon
 
 
 def unique_of(producer_id: bytes | None, bucket: list) -> int:

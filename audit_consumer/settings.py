@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import socket
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from audit_consumer.discovery import INTERNAL_TOPIC_PATTERNS, check_patterns
 from audit_record import DEFAULT_AUDIT_TOPIC, DEFAULT_DLQ_TOPIC, DEFAULT_WINDOW_MS
+from audit_record.finality import DEFAULT_DELIVERY_MARGIN_MS, DEFAULT_MAX_FINAL_WAIT_MS, Finality
+from kafka_plumbing.replication import ReplicationNaming, ReplicationPolicy
 from kafka_plumbing.security import KafkaSecurity
 
 DEFAULT_STATE_TOPIC = "__kafka_audit_state"
@@ -18,15 +21,37 @@ class AuditConsumerSettings(BaseSettings):
 
     Attributes:
         cluster: Cluster name; the tier is ``cluster:<cluster>``.
-        topics: Monitored topics.
+        topics: Monitored topics, by name (audited whether or not a pattern matches them).
+        topic_patterns: Python regular expressions (whole topic name); every topic of the cluster that
+            one matches is audited, internal ones excepted (:mod:`audit_consumer.discovery`).
+        exclude_topic_patterns: Topics no pattern matches (whole name); default Kafka's, kafka-audit's,
+            MirrorMaker 2's and Connect's internal topics.
+        discovery_interval_ms: How often the cluster's topics are listed to find new matches, ms.
         bootstrap_servers: The cluster's ``bootstrap.servers``.
+        audit_bootstrap_servers: ``bootstrap.servers`` of the cluster holding the audit, state and
+            dead-letter topics when it is not the counted one (None: the counted cluster), e.g. the
+            audit consumer of a MirrorMaker 2 target B reporting to cluster A, where the reconciliation
+            reads. Its input offsets are then kept in its state (committed in the same transaction on
+            the audit cluster) instead of the consumer group: still exactly once (invariant 4).
+        replication_policy: MirrorMaker 2 replication policy of the replicated topics it counts:
+            ``default`` (copies named ``<alias>.<topic>``) or ``identity`` (same name).
+        replication_sources: MM2 aliases of the clusters whose copies it counts (e.g. ``["A"]``): a
+            topic ``A.orders`` is counted under its source topic ``orders``
+            (:class:`kafka_plumbing.replication.ReplicationNaming`).
+        replication_separator: MM2 ``replication.policy.separator``.
         group_id: Consumer group (also the ``source`` of its snapshots, so counts survive rebalances);
             default ``kafka-audit.<cluster>``.
         instance_id: This instance's id, stable across restarts (part of the ``transactional.id``, so a
             restart fences and aborts the previous incarnation's open transaction).
         audit_topic, state_topic, dlq_topic: Output topics.
         window_ms: Window length, ms; must equal the producers'.
-        grace_ms: A window closes when the partition's event-time watermark passes its end + grace, ms.
+        grace_ms: A window closes when the partition's event-time watermark passes its end + grace, ms;
+            later when its producers may still deliver (below).
+        delivery_margin_ms: Added to the largest ``message.timeout.ms`` the producers of a window
+            reported (their snapshots in the audit topic): the window stays open until that much after
+            its end when it exceeds the grace, ms (docs/DESIGN.md, invariant 8).
+        max_final_wait_ms: Bound of that wait after a window's end, ms; 0 turns the adaptation off
+            (every window closes after the grace).
         commit_interval_ms: Snapshots, state and offsets are committed in one transaction this often, ms.
         late_retention_ms: Counters of closed windows are kept this long to count late messages, ms.
         timeliness_ms: Timeliness S per topic (paper Sec. IV-B), ms; a message whose consume time minus
@@ -44,7 +69,14 @@ class AuditConsumerSettings(BaseSettings):
 
     cluster: str = "local"
     topics: list[str] = Field(default_factory=list)
+    topic_patterns: list[str] = Field(default_factory=list)
+    exclude_topic_patterns: list[str] = Field(default_factory=lambda: list(INTERNAL_TOPIC_PATTERNS))
+    discovery_interval_ms: int = Field(10_000, gt=0)
     bootstrap_servers: str = "127.0.0.1:9092"
+    audit_bootstrap_servers: str | None = None
+    replication_policy: ReplicationPolicy = "default"
+    replication_sources: list[str] = Field(default_factory=list)
+    replication_separator: str = "."
     group_id: str = ""
     instance_id: str = Field(default_factory=socket.gethostname)
     audit_topic: str = DEFAULT_AUDIT_TOPIC
@@ -52,6 +84,8 @@ class AuditConsumerSettings(BaseSettings):
     dlq_topic: str = DEFAULT_DLQ_TOPIC
     window_ms: int = Field(DEFAULT_WINDOW_MS, gt=0)
     grace_ms: int = Field(30_000, ge=0)
+    delivery_margin_ms: int = Field(DEFAULT_DELIVERY_MARGIN_MS, ge=0)
+    max_final_wait_ms: int = Field(DEFAULT_MAX_FINAL_WAIT_MS, ge=0)
     commit_interval_ms: int = Field(1_000, gt=0)
     late_retention_ms: int = Field(3_600_000, ge=0)
     timeliness_ms: dict[str, int] = Field(default_factory=dict)
@@ -60,6 +94,35 @@ class AuditConsumerSettings(BaseSettings):
     transaction_timeout_ms: int = Field(30_000, gt=0)
     extra_config: dict[str, str] = Field(default_factory=dict)
     kafka: KafkaSecurity = Field(default_factory=KafkaSecurity.from_env)
+
+    @field_validator("topic_patterns", "exclude_topic_patterns")
+    @classmethod
+    def _regexes(cls, patterns: list[str]) -> list[str]:
+        """Each pattern must compile (raises ``ConfigError`` naming it)."""
+        return check_patterns(patterns)
+
+    @property
+    def finality(self) -> Finality:
+        """The rule that closes windows: grace, delivery margin and bound (no settle time)."""
+        return Finality(self.grace_ms, self.delivery_margin_ms, self.max_final_wait_ms)
+
+    @model_validator(mode="after")
+    def _naming(self) -> AuditConsumerSettings:
+        """Check the replication settings make a valid naming (raises ``ConfigError`` saying why)."""
+        self.replication_naming  # noqa: B018 - built for its validation
+        return self
+
+    @property
+    def replication_naming(self) -> ReplicationNaming:
+        """How copies of replicated topics are named (``replication_*``); maps them to source topics."""
+        return ReplicationNaming(
+            self.replication_policy, tuple(self.replication_sources), self.replication_separator
+        )
+
+    @property
+    def external_offsets(self) -> bool:
+        """True when the audit topics live on another cluster: input offsets are kept in the state."""
+        return self.audit_bootstrap_servers not in (None, "", self.bootstrap_servers)
 
     @property
     def group(self) -> str:

@@ -14,6 +14,7 @@ from audit_record.record import (
     ProducerConfig,
     canonical_acks,
     cluster_tier,
+    consumer_tier,
     now_ms,
 )
 from audit_record.windows import DEFAULT_WINDOW_MS, window_bounds, window_start
@@ -34,6 +35,7 @@ __all__ = [
     "ProducerConfig",
     "canonical_acks",
     "cluster_tier",
+    "consumer_tier",
     "decode",
     "decode_control",
     "encode",

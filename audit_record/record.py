@@ -21,6 +21,10 @@ from kafka_plumbing.errors import ConfigError, KafkaAuditError
 PRODUCER_TIER = "producer"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 CLUSTER_TIER_PREFIX = "cluster:"
+CONSUMER_TIER_PREFIX = "consumer:"
+TIER_PREFIXES: tuple[str, ...] = (CLUSTER_TIER_PREFIX, CONSUMER_TIER_PREFIX)
+"""Prefixes of the tiers that count what arrived (``docs/DESIGN.md``, "Tiers"); ``producer`` counts what
+was sent."""
 
 COUNT_FIELDS: tuple[str, ...] = (
     "sent",
@@ -49,6 +53,11 @@ class MalformedRecordError(KafkaAuditError):
 def cluster_tier(cluster: str) -> str:
     """Return the tier name of the audit consumer of ``cluster``: ``cluster:<name>``."""
     return f"{CLUSTER_TIER_PREFIX}{cluster}"
+
+
+def consumer_tier(group: str) -> str:
+    """Return the tier name of the application consumers of consumer group ``group``: ``consumer:<group>``."""
+    return f"{CONSUMER_TIER_PREFIX}{group}"
 
 
 def now_ms() -> int:
@@ -190,11 +199,12 @@ class AuditRecord:
             MalformedRecordError: ``reason`` is one of ``bad_tier``, ``bad_window``, ``negative_count``,
                 ``inconsistent_counts``.
         """
-        if self.tier != PRODUCER_TIER and not (
-            self.tier.startswith(CLUSTER_TIER_PREFIX) and len(self.tier) > len(CLUSTER_TIER_PREFIX)
+        if self.tier != PRODUCER_TIER and not any(
+            self.tier.startswith(prefix) and len(self.tier) > len(prefix) for prefix in TIER_PREFIXES
         ):
             raise MalformedRecordError(
-                "bad_tier", f"tier {self.tier!r} is neither 'producer' nor 'cluster:<name>'"
+                "bad_tier",
+                f"tier {self.tier!r} is neither 'producer' nor 'cluster:<name>' nor 'consumer:<group>'",
             )
         if not self.topic or not self.source:
             raise MalformedRecordError("bad_tier", "empty topic or source")

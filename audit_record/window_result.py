@@ -107,6 +107,18 @@ SUGGESTION_FIELDS: tuple[str, ...] = (
 )
 """The configuration suggestion: in words, the new value per property, and what the model predicts."""
 
+TIER_FIELDS: tuple[str, ...] = (
+    "tier_rank",
+    "previous_tier",
+    "previous_unique",
+    "completeness_vs_previous",
+    "duplicates_added",
+    "duplicate_rate_vs_previous",
+    "tier_lag_ms",
+)
+"""The tier view (``docs/DESIGN.md``, "Tiers"): the tier's place in the order, its completeness and the
+duplicates it adds relative to the tier before it, and its lag after the window's end (ms)."""
+
 MODEL_FIELDS: tuple[str, ...] = ("model_version", "model_calibrated")
 """Which predictor model made the prediction, and whether it was calibrated for this deployment then."""
 
@@ -130,8 +142,12 @@ SUMMARY_NUMBERS: tuple[str, ...] = (
     "delay_ms_est",
     *PREDICTION_FIELDS,
     *GAMMA_FIELDS,
+    "completeness_vs_previous",
+    "duplicate_rate_vs_previous",
+    "tier_lag_ms",
 )
-"""The numbers an alert quotes about its window (measured, estimated, predicted)."""
+"""The numbers an alert quotes about its window (measured, estimated, predicted, relative to the tier
+before)."""
 
 
 def _check_groups() -> None:
@@ -143,6 +159,7 @@ def _check_groups() -> None:
         NETWORK_FIELDS,
         ESTIMATE_FIELDS,
         LIVE_COMPARISON_FIELDS,
+        TIER_FIELDS,
         ("producer_configs",),
     )
     unknown = sorted({f for g in (*groups, SUMMARY_NUMBERS, CURRENT_PROPERTIES.values()) for f in g} - known)

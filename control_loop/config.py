@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from audit_record import window_result
 from audit_record.record import canonical_acks
 
 DEFAULT_LINGER_MS = 5.0
@@ -30,13 +31,9 @@ HINTS: tuple[str, ...] = ("poll_interval_ms", "producers")
 """Hints for the application (not librdkafka properties): polling interval (ms), producer count."""
 
 _FIELD = {
-    "acks": "acks",
-    "enable.idempotence": "enable_idempotence",
-    "batch.num.messages": "batch_num_messages",
+    **window_result.CURRENT_PROPERTIES,
+    "enable.idempotence": "enable_idempotence",  # in effect, not suggested: the window result's fields
     "linger.ms": "linger_ms",
-    "message.timeout.ms": "message_timeout_ms",
-    "poll_interval_ms": "poll_interval_ms",
-    "producers": "producers",
 }
 
 

@@ -1,8 +1,12 @@
 """The "Kafka completeness" dashboard: per topic and tier, what was sent, what arrived, and why.
 
 Rows (top to bottom): completeness (newest final window, over time, sent vs received, lost and
-duplicated); one row per topic with the measured R_l and R_d next to the predictor's P_l and P_d and
-their 90% interval band (Wu et al. 2020, Eq. 1 and 3) and the KPI gamma against its target (Eq. 2);
+duplicated); unaudited traffic (messages without an audit stamp per topic and tier, and their share of
+the topic's traffic: never counted as loss); the tier view (every tier of a topic, producer -> cluster ->
+MirrorMaker 2 replica -> application consumers: completeness per tier, against the tier before, lag
+after the window's end, gap, duplicates added); one row per topic with the measured R_l and R_d next to
+the predictor's P_l and P_d and their 90% interval band (Wu et al. 2020, Eq. 1 and 3) and the KPI
+gamma against its target (Eq. 2);
 the control loop (configuration changes per producer group by kind, ``kafka_audit_control_decisions_total``;
 its kill switch); audit health (audit lag, unaudited producers, window results, micro-batch duration).
 Firing alerts (``kafka_audit_alerts_firing``), model promotions (``kafka_audit_model_decisions_total``:
@@ -58,7 +62,7 @@ def topic_variables(d: Dashboard) -> Dashboard:
             label_variable(
                 "cluster",
                 "Cluster",
-                "label_values(kafka_audit_completeness_ratio, tier)",
+                "label_values(kafka_audit_windows_total, tier)",
                 regex="/^cluster:(.+)$/",
             )
         )
@@ -66,15 +70,14 @@ def topic_variables(d: Dashboard) -> Dashboard:
             label_variable(
                 "topic",
                 "Topic",
-                'label_values(kafka_audit_completeness_ratio{tier=~"cluster:$cluster"}, topic)',
+                'label_values(kafka_audit_windows_total{tier=~"cluster:$cluster"}, topic)',
             )
         )
         .with_variable(
             label_variable(
                 "tier",
                 "Tier",
-                "label_values(kafka_audit_completeness_ratio"
-                '{tier=~"cluster:$cluster", topic=~"$topic"}, tier)',
+                'label_values(kafka_audit_windows_total{tier=~"cluster:$cluster", topic=~"$topic"}, tier)',
             )
         )
     )
@@ -126,6 +129,125 @@ def _completeness_row(d: Dashboard) -> Dashboard:
                     _per_second("kafka_audit_messages_duplicated_total", "duplicated {{topic}} {{tier}}"),
                 ],
                 "cps",
+            )
+        )
+    )
+
+
+def _unaudited_row(d: Dashboard) -> Dashboard:
+    """Add the unaudited-traffic row: unaudited messages per second and their share of the traffic."""
+    return (
+        d.with_row(Row("Unaudited traffic"))
+        .with_panel(
+            timeseries(
+                "Unaudited messages",
+                "Messages per second the cluster holds without an audit stamp (producers that do not use "
+                "AuditedProducer, e.g. kcat), next to all messages it holds, over final windows. Their loss "
+                "cannot be measured; they never count as lost.",
+                [
+                    _per_second("kafka_audit_messages_unaudited_total", "unaudited {{topic}} {{tier}}"),
+                    _per_second("kafka_audit_messages_received_total", "all received {{topic}} {{tier}}"),
+                ],
+                "cps",
+            )
+        )
+        .with_panel(
+            timeseries(
+                "Unaudited share of the traffic",
+                "Unaudited / received messages of each final window (fraction). KafkaAuditUnauditedTraffic "
+                "fires when it exceeds its threshold (default 0) on a topic that also has audited "
+                "producers.",
+                [query(f"kafka_audit_unaudited_ratio{{{SEL}}}", WHO)],
+                "percentunit",
+                max_val=1,
+            )
+        )
+    )
+
+
+#: Label matchers of the tier view: every tier of the selected topics (producer -> clusters -> consumers),
+#: so neither ``$tier`` nor ``$cluster`` (cluster tiers only) filter it.
+TIER_SEL = 'topic=~"$topic"'
+#: Legend of the tier view: the topic and the tier.
+BY_TIER = "{{topic}} {{tier}}"
+TIER_VIEW_PANELS = (
+    "Completeness per tier",
+    "Completeness vs the tier before",
+    "Tier lag after window end",
+    "Behind the tier before (provisional windows)",
+    "Duplicates added per tier",
+)
+"""Titles of the tier-view panels (``docs/DESIGN.md``, "Tiers"); their queries span every tier."""
+
+
+def _tiers_row(d: Dashboard) -> Dashboard:
+    """Add the tier view: per topic, each tier (cluster, replication, application consumers) over time.
+
+    As LinkedIn's audit UI: completeness of every tier against the producers, and against the tier
+    before it (where a hop loses or lags), the lag after the window's end at which each tier reached
+    its final counts, what a tier still misses of the tier before (live, before windows are final)
+    and the duplicates each hop adds (MirrorMaker 2 is at-least-once).
+    """
+    return (
+        d.with_row(Row("Tiers"))
+        .with_panel(
+            timeseries(
+                TIER_VIEW_PANELS[0],
+                "Completeness of each final window at every tier of the topic (unique / sent by the "
+                "producers, fraction): the cluster the producers write to, clusters MirrorMaker 2 "
+                "replicates to, application consumer groups (AuditedConsumer).",
+                [query(f"kafka_audit_completeness_ratio{{{TIER_SEL}}}", BY_TIER)],
+                "percentunit",
+                max_val=1,
+                min_val=None,
+            )
+        )
+        .with_panel(
+            timeseries(
+                TIER_VIEW_PANELS[1],
+                "Unique messages of each final window at a tier / at the tier before it (fraction): a "
+                "drop shows which hop lost messages.",
+                [query(f"kafka_audit_tier_completeness_ratio{{{TIER_SEL}}}", BY_TIER)],
+                "percentunit",
+                max_val=1,
+                min_val=None,
+            )
+        )
+        .with_panel(
+            timeseries(
+                TIER_VIEW_PANELS[2],
+                "How long after its end each final window reached its final counts at each tier, seconds "
+                "(resolution: the tier's snapshot interval). Replication outages show as lag at the target "
+                "cluster's tier and every tier after it.",
+                [query(f"kafka_audit_tier_lag_seconds{{{TIER_SEL}}}", BY_TIER)],
+                "s",
+                width=8,
+            )
+        )
+        .with_panel(
+            timeseries(
+                TIER_VIEW_PANELS[3],
+                "Messages the tier before holds that this tier does not (yet), summed over the windows "
+                "still provisional: a replication or consumer gap before windows are final.",
+                [query(f"kafka_audit_tier_behind_messages{{{TIER_SEL}}}", BY_TIER)],
+                "short",
+                width=8,
+            )
+        )
+        .with_panel(
+            timeseries(
+                TIER_VIEW_PANELS[4],
+                "Duplicates per second each tier adds to the tier before's, over final windows "
+                "(MirrorMaker 2 re-copies after a restart, application re-reads after a crash).",
+                [
+                    query(
+                        f"sum by (topic, tier) (rate(kafka_audit_tier_duplicates_added_total{{{TIER_SEL}}}"
+                        f"[{RATE}]))",
+                        BY_TIER,
+                    )
+                ],
+                "cps",
+                width=8,
             )
         )
     )
@@ -240,11 +362,14 @@ def _health_row(d: Dashboard) -> Dashboard:
         .with_panel(
             timeseries(
                 "Audit lag",
-                "Age of the newest final window's end (wall clock - window end, s) per topic and tier, and "
-                "the job's watermark lag (wall clock - event-time watermark, s).",
+                "Age of the newest final window's end (wall clock - window end, s) per topic and tier, the "
+                "job's watermark lag (wall clock - event-time watermark, s), and how long after its end the "
+                "newest window waits before it is final (the grace, or its producers' largest "
+                "message.timeout.ms + margin, s).",
                 [
                     query(f"time() - kafka_audit_last_final_window_end_seconds{{{SEL}}}", WHO),
                     query("kafka_audit_watermark_lag_seconds", "watermark lag"),
+                    query(f"kafka_audit_final_wait_seconds{{{SEL}}}", "final wait {{topic}} {{tier}}"),
                 ],
                 "s",
                 width=8,
@@ -324,4 +449,6 @@ def completeness_dashboard() -> Dashboard:
         .annotation(decision_annotation("promoted"))
         .annotation(control_annotation())
     )
-    return _health_row(_control_row(_prediction_row(_completeness_row(topic_variables(d)))))
+    return _health_row(
+        _control_row(_prediction_row(_tiers_row(_unaudited_row(_completeness_row(topic_variables(d))))))
+    )

@@ -1,6 +1,9 @@
 """``kafka-audit report``: the completeness dashboard's views in one static HTML file (no Grafana needed).
 
-Sections: a summary table per topic and tier; a completeness heatmap (topic x window); per topic and
+Sections: a summary table per topic and tier (with the unaudited messages: no audit stamp, never
+counted as loss, and their share of the traffic); the windows with unaudited traffic; a completeness
+heatmap (topic x window); completeness per tier (per topic, every tier in flow order against
+the producers and the tier before it, with its lag: the LinkedIn audit UI's view); per topic and
 tier the measured R_l and R_d against the predicted P_l and P_d with their 90% interval (Wu et al.
 2020, Eq. 1 and 3; older results without predictions show the measured rates only); the KPI gamma
 against its target (Eq. 2); the predictor model on this deployment: live MAE(P_l) and 90% interval
@@ -341,11 +344,30 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _total(g: pd.DataFrame, col: str) -> int:
+    """Sum of ``col`` over ``g`` (0 when the column is missing: results written before it)."""
+    return int(pd.to_numeric(g[col], errors="coerce").fillna(0).sum()) if col in g.columns else 0
+
+
+def _unaudited_cell(unaudited: int, received: int) -> str:
+    """``8,000 (100.000%)``: unaudited messages and their share of what the cluster holds; ``0`` if none."""
+    if not unaudited:
+        return "0"
+    return f"{unaudited:,} ({_pct(unaudited / received if received else None)})"
+
+
 def summary_table(results: pd.DataFrame) -> str:
-    """Return the per-(topic, tier) totals over the report's windows as an HTML table."""
+    """Return the per-(topic, tier) totals over the report's windows as an HTML table.
+
+    ``unaudited`` counts messages without an audit stamp with their share of the messages the cluster
+    holds (``received``); they are in neither ``sent`` nor ``lost``. A topic with unaudited traffic only
+    (no audited producer: ``sent`` 0) has no R_l or R_d: ``n/a (unaudited only)``.
+    """
     rows = []
     for (topic, tier), g in results.groupby(["topic", "tier"]):
         sent, unique, dup = int(g["sent"].sum()), int(g["unique"].sum()), int(g["duplicated"].sum())
+        unaudited, received = _total(g, "unaudited"), _total(g, "received")
+        na = "n/a (unaudited only)" if not sent and unaudited else None
         rows.append(
             [
                 topic,
@@ -355,9 +377,10 @@ def summary_table(results: pd.DataFrame) -> str:
                 f"{unique:,}",
                 f"{max(0, sent - unique):,}",
                 f"{dup:,}",
-                _pct(max(0, sent - unique) / sent if sent else None),
-                _pct(dup / sent if sent else None),
-                _pct(g["completeness"].min()),
+                na or _pct(max(0, sent - unique) / sent if sent else None),
+                na or _pct(dup / sent if sent else None),
+                na or _pct(g["completeness"].min()),
+                _unaudited_cell(unaudited, received),
             ]
         )
     header = [
@@ -371,8 +394,50 @@ def summary_table(results: pd.DataFrame) -> str:
         "R_l",
         "R_d",
         "worst window",
+        "unaudited (share)",
     ]
     return _table(header, rows)
+
+
+MAX_UNAUDITED_ROWS = 100
+"""At most this many windows in the unaudited-traffic table (the newest)."""
+
+
+def unaudited_table(results: pd.DataFrame) -> str:
+    """Return the final windows with unaudited messages (per topic, tier and window) as an HTML table.
+
+    Per window: messages the cluster holds, unaudited ones and their share, audited producers and what
+    they sent; a paragraph when no window has unaudited traffic.
+    """
+    if "unaudited" not in results.columns:
+        return '<p class="none">No unaudited traffic in this period.</p>'
+    with_unaudited = results[pd.to_numeric(results["unaudited"], errors="coerce").fillna(0) > 0]
+    if with_unaudited.empty:
+        return '<p class="none">No unaudited traffic in this period.</p>'
+    newest = with_unaudited.sort_values(["window_start_ms", "topic", "tier"]).tail(MAX_UNAUDITED_ROWS)
+    rows = []
+    for r in newest.to_dict("records"):
+        received, unaudited = int(r.get("received") or 0), int(r["unaudited"])
+        producers = r.get("producers")
+        rows.append(
+            [
+                r["topic"],
+                r["tier"],
+                _ms(r["window_start_ms"]),
+                f"{received:,}",
+                f"{unaudited:,}",
+                _pct(unaudited / received if received else None),
+                "-" if producers is None or pd.isna(producers) else str(int(producers)),
+                f"{int(r['sent']):,}",
+            ]
+        )
+    note = (
+        '<p class="meta">Messages without an audit stamp (producers that do not use AuditedProducer). '
+        "Their loss cannot be measured and they are never counted as lost; share = unaudited / received. "
+        f"The newest {MAX_UNAUDITED_ROWS} windows at most.</p>"
+    )
+    header = ["topic", "tier", "window (UTC)", "received", "unaudited", "share", "audited producers", "sent"]
+    return note + _table(header, rows)
 
 
 def suggestions_table(results: pd.DataFrame) -> str:
@@ -420,6 +485,90 @@ def alerts_table(alerts: pd.DataFrame) -> str:
     return _table([h for _, h in cols], rows)
 
 
+def _tier_order(results: pd.DataFrame) -> list[str]:
+    """Tiers in flow order: by ``tier_rank`` (results written before it: by name after the ranked)."""
+    ranks = (
+        results.groupby("tier")["tier_rank"].min()
+        if "tier_rank" in results.columns
+        else pd.Series(dtype=float)
+    )
+    return sorted(results["tier"].unique(), key=lambda t: (float(ranks.get(t, math.inf)), str(t)))
+
+
+def tier_plot(topic: str, rows: pd.DataFrame, tiers: list[str]) -> str:
+    """Return an ``<img>`` of one topic's completeness per final window at each tier (fraction)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 3.2))
+    ax = fig.subplots()
+    for tier in tiers:
+        g = rows[rows["tier"] == tier].sort_values("window_start_ms")
+        ax.plot(_times(g["window_start_ms"]), g["completeness"].astype(float), marker=".", label=tier)
+    ax.set_ylabel("completeness")
+    ax.yaxis.set_major_formatter(lambda v, _: f"{100 * v:.1f}%")
+    ax.set_xlabel("window start (UTC)")
+    ax.set_title(f"{topic}: completeness per tier (unique / sent by the producers)")
+    ax.legend(loc="lower left", fontsize=8)
+    fig.autofmt_xdate()
+    return _img(fig, f"{topic}: completeness per tier over time")
+
+
+def tier_section(results: pd.DataFrame) -> str:
+    """Return the per-tier completeness section: per topic, every tier in flow order, and a plot.
+
+    The LinkedIn audit UI's view (``docs/DESIGN.md``, "Tiers"): per tier of a topic (the cluster the
+    producers write to, MirrorMaker 2 replicas, application consumer groups) over the report's final
+    windows: completeness against the producers (all windows' unique / sent, and the worst window),
+    against the tier before it (unique / the previous tier's unique), the duplicates the tier added, and
+    its lag after the window's end (median and largest, s). Results written before the tier fields show
+    ``-`` for those columns.
+    """
+    out = []
+    for topic, rows in results.groupby("topic"):
+        tiers = _tier_order(rows)
+        table_rows = []
+        for tier in tiers:
+            g = rows[rows["tier"] == tier]
+            sent, unique = int(g["sent"].sum()), int(g["unique"].sum())
+            prev = _total(g, "previous_unique")
+            has_prev = "previous_unique" in g.columns and g["previous_unique"].notna().any()
+            lag = pd.to_numeric(g["tier_lag_ms"], errors="coerce").dropna() if "tier_lag_ms" in g else None
+            previous = g["previous_tier"].dropna() if "previous_tier" in g.columns else pd.Series(dtype=str)
+            table_rows.append(
+                [
+                    tier,
+                    previous.iloc[-1] if len(previous) else "-",
+                    str(len(g)),
+                    _pct(min(1.0, unique / sent) if sent else None),
+                    _pct(g["completeness"].min()),
+                    _pct(min(1.0, unique / prev) if has_prev and prev else None),
+                    f"{_total(g, 'duplicates_added'):,}" if "duplicates_added" in g.columns else "-",
+                    f"{lag.median() / 1000:.1f}" if lag is not None and len(lag) else "-",
+                    f"{lag.max() / 1000:.1f}" if lag is not None and len(lag) else "-",
+                ]
+            )
+        header = [
+            "tier",
+            "previous tier",
+            "windows",
+            "completeness",
+            "worst window",
+            "vs previous tier",
+            "duplicates added",
+            "lag median (s)",
+            "lag max (s)",
+        ]
+        out.append(f"<h3>{html.escape(str(topic))}</h3>" + _table(header, table_rows))
+        if len(tiers) > 1:
+            out.append(tier_plot(str(topic), rows, tiers))
+    note = (
+        '<p class="meta">Each tier against the producers and against the tier before it (where a hop '
+        "loses, duplicates or lags): producer -> cluster -> MirrorMaker 2 replica -> application "
+        "consumers. Lag: how long after a window's end the tier reached its final counts.</p>"
+    )
+    return note + "\n".join(out)
+
+
 def render(results: pd.DataFrame, alerts: pd.DataFrame, since: timedelta | None, now: datetime) -> str:
     """Return the whole report as one HTML document (plots embedded).
 
@@ -433,10 +582,12 @@ def render(results: pd.DataFrame, alerts: pd.DataFrame, since: timedelta | None,
     period = f"last {_duration(since)}" if since is not None else "all results"
     if results.empty:
         body = '<p class="none">No final window results in this period.</p>'
-        heat = rates = gamma = suggestions = model = ""
+        heat = rates = gamma = suggestions = model = unaudited = tiers = ""
     else:
         body = summary_table(results)
+        unaudited = unaudited_table(results)
         heat = heatmap(results)
+        tiers = tier_section(results)
         rates = "\n".join(rate_plots(results))
         gamma = (
             gamma_plot(results) or '<p class="none">No gamma in these results (predictor not enabled).</p>'
@@ -450,7 +601,9 @@ def render(results: pd.DataFrame, alerts: pd.DataFrame, since: timedelta | None,
         generated=html.escape(now.strftime("%Y-%m-%d %H:%M:%S UTC")),
         windows=html.escape(f"{len(results)} final window result(s), {first} to {last} UTC"),
         summary=body,
+        unaudited=unaudited,
         heatmap=heat,
+        tiers=tiers,
         rates=rates,
         gamma=gamma,
         model=model,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import threading
 from collections import Counter
@@ -32,6 +33,20 @@ console = Console(width=None if Console().is_terminal else 140)
 err_console = Console(stderr=True)
 
 DataDir = Annotated[Path, typer.Option("--data-dir", help="Cluster data directory.")]
+KafkaDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir", help=f"Cluster data directory (default {DEFAULT_KAFKA_DIR}, or kafka-<NAME> beside it)."
+    ),
+]
+ClusterName = Annotated[
+    str | None,
+    typer.Option(
+        "--name",
+        help="Name of a further local cluster (e.g. B for a MirrorMaker 2 target): its own ports and data "
+        "directory kafka-<NAME> beside the default one.",
+    ),
+]
 Bootstrap = Annotated[
     str | None,
     typer.Option("--bootstrap-servers", "-b", help="Kafka bootstrap.servers (default: the local cluster's)."),
@@ -99,6 +114,11 @@ def _props(items: list[str] | None) -> dict[str, str]:
     return out
 
 
+def _kafka_dir(data_dir: Path | None, name: str | None) -> Path:
+    """Return ``--data-dir``, else the directory of the cluster named ``--name`` (else the default)."""
+    return data_dir if data_dir is not None else default_kafka_dir(name)
+
+
 def _bootstrap(servers: str | None, data_dir: Path | None = None) -> str:
     if servers:
         return servers
@@ -118,13 +138,15 @@ def _bootstrap(servers: str | None, data_dir: Path | None = None) -> str:
 @kafka_app.command("start")
 def kafka_start(
     brokers: Annotated[int, typer.Option(help="Number of brokers: 1 or 3.")] = 1,
-    data_dir: DataDir = DEFAULT_KAFKA_DIR,
+    data_dir: KafkaDir = None,
+    name: ClusterName = None,
     base_port: Annotated[int | None, typer.Option(help="First port (default: free ports).")] = None,
     heap_mb: Annotated[int, typer.Option(help="JVM heap per broker, MiB.")] = 768,
 ) -> None:
-    """Start a local KRaft cluster (data kept in --data-dir; restarts reuse it)."""
+    """Start a local KRaft cluster (data kept in --data-dir; restarts reuse it); --name B runs another."""
     from kafka_plumbing.local_cluster import KafkaCluster
 
+    data_dir = _kafka_dir(data_dir, name)
     try:
         cluster = KafkaCluster.load(data_dir)
         if cluster is not None and len(cluster.nodes) != brokers:
@@ -142,10 +164,11 @@ def kafka_start(
 
 
 @kafka_app.command("status")
-def kafka_status(data_dir: DataDir = DEFAULT_KAFKA_DIR) -> None:
+def kafka_status(data_dir: KafkaDir = None, name: ClusterName = None) -> None:
     """Show the local cluster's nodes, ports, PIDs and broker-metrics (JMX exporter) addresses."""
     from kafka_plumbing.local_cluster import KafkaCluster
 
+    data_dir = _kafka_dir(data_dir, name)
     cluster = KafkaCluster.load(data_dir)
     if cluster is None:
         console.print(f"no cluster in {data_dir}")
@@ -162,10 +185,11 @@ def kafka_status(data_dir: DataDir = DEFAULT_KAFKA_DIR) -> None:
 
 
 @kafka_app.command("stop")
-def kafka_stop(data_dir: DataDir = DEFAULT_KAFKA_DIR) -> None:
+def kafka_stop(data_dir: KafkaDir = None, name: ClusterName = None) -> None:
     """Stop the local cluster (controlled shutdown, by PID)."""
     from kafka_plumbing.local_cluster import KafkaCluster
 
+    data_dir = _kafka_dir(data_dir, name)
     cluster = KafkaCluster.load(data_dir)
     if cluster is None:
         console.print(f"no cluster in {data_dir}")
@@ -271,7 +295,24 @@ def produce(
 # ------------------------------------------------------------------------------------ audit consumer
 @app.command("audit-consumer")
 def audit_consumer(
-    topics: Annotated[list[str], typer.Option("--topics", "-t", help="Monitored topics (repeatable).")],
+    topics: Annotated[
+        list[str] | None, typer.Option("--topics", "-t", help="Monitored topics by name (repeatable).")
+    ] = None,
+    topic_pattern: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--topic-pattern",
+            help="Also audit every topic whose whole name matches this Python regex (repeatable; internal "
+            "topics excepted; new topics found while running).",
+        ),
+    ] = None,
+    max_final_wait_ms: Annotated[
+        int | None,
+        typer.Option(
+            help="Keep a window open up to this long after its end while its producers' message.timeout.ms "
+            "+ margin needs it, ms (default 310000; 0: the grace alone)."
+        ),
+    ] = None,
     cluster: Annotated[str, typer.Option(help="Cluster name: the tier is cluster:<name>.")] = "local",
     instance_id: Annotated[str | None, typer.Option(help="Stable instance id (default: host name).")] = None,
     window_ms: Annotated[int, typer.Option(help="Window length, ms (as the producers').")] = 60_000,
@@ -282,6 +323,23 @@ def audit_consumer(
         typer.Option(help="Timeliness S per topic, TOPIC=MS (repeatable); slower messages count as stale."),
     ] = None,
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+    audit_bootstrap_servers: Annotated[
+        str | None,
+        typer.Option(
+            help="Write snapshots to the audit topic of this cluster (where the reconciliation reads) "
+            "instead of the counted one; offsets are then kept in the state, still exactly once."
+        ),
+    ] = None,
+    replication_source: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="MirrorMaker 2 alias of a source cluster (repeatable): its copies <ALIAS>.<topic> are "
+            "counted under the source topic."
+        ),
+    ] = None,
+    replication_policy: Annotated[
+        str, typer.Option(help="MirrorMaker 2 replication policy of the copies: default or identity.")
+    ] = "default",
     bootstrap_servers: Bootstrap = None,
     x: ExtraProps = None,
 ) -> None:
@@ -298,9 +356,18 @@ def audit_consumer(
     kwargs: dict[str, Any] = {}
     if instance_id:
         kwargs["instance_id"] = instance_id
+    if max_final_wait_ms is not None:
+        kwargs["max_final_wait_ms"] = max_final_wait_ms
+    if audit_bootstrap_servers:
+        kwargs["audit_bootstrap_servers"] = audit_bootstrap_servers
+    if replication_source:
+        kwargs.update(replication_sources=replication_source, replication_policy=replication_policy)
+    if not topics and not topic_pattern:
+        raise typer.BadParameter("name topics with --topics or patterns with --topic-pattern")
     settings = AuditConsumerSettings(
         cluster=cluster,
-        topics=topics,
+        topics=topics or [],
+        topic_patterns=topic_pattern or [],
         bootstrap_servers=_bootstrap(bootstrap_servers),
         window_ms=window_ms,
         grace_ms=grace_ms,
@@ -408,6 +475,14 @@ def spark_job(
         int, typer.Option(help="Window final after watermark passes end + grace, ms.")
     ] = 60_000,
     watermark_delay_ms: Annotated[int, typer.Option(help="Watermark delay on snapshot time, ms.")] = 10_000,
+    max_final_wait_ms: Annotated[
+        int | None,
+        typer.Option(
+            help="Keep a window provisional up to this long after its end while its producers' "
+            "message.timeout.ms + margin needs it, ms (default 310000; 0: the grace alone; as the audit "
+            "consumers')."
+        ),
+    ] = None,
     results_topic: Annotated[
         str, typer.Option(help="Results topic (Avro WindowResult).")
     ] = "__kafka_audit_results",
@@ -476,6 +551,7 @@ def spark_job(
                 "retrain": retrain,
                 "retrain_every_windows": retrain_every_windows,
                 "retrain_every_minutes": retrain_every_minutes,
+                "max_final_wait_ms": max_final_wait_ms,
             }.items()
             if v is not None
         },
@@ -539,6 +615,19 @@ def up(
         str | None,
         typer.Option("--bootstrap-servers", "-b", help="Use this cluster instead of starting a local one."),
     ] = None,
+    topic: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--topic",
+            "-t",
+            help="Audit every topic whose whole name matches this Python regex (repeatable; e.g. "
+            "'orders\\..*'); internal topics excepted; topics created later are found while running. "
+            "Config file: topic_patterns (regexes), topics (names).",
+        ),
+    ] = None,
+    cluster: Annotated[
+        str | None, typer.Option(help="Name of the audited cluster (tier cluster:<name>; default local).")
+    ] = None,
     x: ExtraProps = None,
     alertmanager_url: AlertmanagerUrl = None,
     webhook_url: WebhookUrl = None,
@@ -547,9 +636,21 @@ def up(
     model_registry_dir: RegistryDir = None,
     retrain_every_windows: RetrainEveryWindows = None,
     control: Control = None,
+    tiers: Annotated[
+        bool,
+        typer.Option(
+            "--tiers",
+            help="Live table of the tier view: per window, each tier side by side (cluster, replicas, "
+            "application consumers) with its lag.",
+        ),
+    ] = False,
 ) -> None:
-    """Run the whole platform: Kafka (local unless -b), audit consumer, Spark job, load; live table."""
-    from kafka_audit.platform import Platform, results_table
+    """Run the whole platform: Kafka (local unless -b), audit consumer, Spark job, load; live table.
+
+    Without --scenario (and none in the config file) it is monitor mode: audit the topics of an existing
+    cluster (-b SERVERS --topic REGEX) with no synthetic load until Ctrl-C or SIGTERM.
+    """
+    from kafka_audit.platform import Platform
     from kafka_audit.up_settings import load_up_settings
 
     try:
@@ -569,6 +670,8 @@ def up(
             brokers=brokers,
             data_dir=data_dir,
             bootstrap_servers=bootstrap_servers,
+            topic_patterns=topic or None,
+            cluster=cluster,
             producer_config=_props(x) or None,
             retrain=retrain,
             model_registry_dir=model_registry_dir,
@@ -580,11 +683,24 @@ def up(
         json_out.parent.mkdir(parents=True, exist_ok=True)
     out = open(json_out, "a") if json_out else None  # noqa: SIM115 - closed in the finally below
     platform = Platform(settings, console, out)
+    if tiers:
+        from kafka_audit.tier_view import live_tiers_table
+
+        platform.table = live_tiers_table
     signal.signal(signal.SIGINT, lambda *_: platform.stop_event.set())
     signal.signal(signal.SIGTERM, lambda *_: platform.stop_event.set())
     logging.basicConfig(level=logging.ERROR)
     try:
         platform.start()
+        if settings.monitor:
+            patterns = [f"/{p}/" for p in settings.topic_patterns]
+            what = ", ".join([*settings.all_topics, *patterns]) or "nothing"
+            console.print(
+                f"monitor mode: auditing {what} on {platform.bootstrap} as cluster:{settings.cluster} "
+                f"(pid {os.getpid()}); Ctrl-C or SIGTERM stops; `kafka-audit status` shows it",
+                highlight=False,
+                soft_wrap=True,
+            )
         platform.run(until_final=settings.duration_s is not None)
     except KafkaAuditError as exc:
         raise _fail(exc) from exc
@@ -593,35 +709,72 @@ def up(
         platform.stop()
         if out is not None:
             out.close()
-    console.print(results_table(platform.rows, progress, limit=50, final_only=True))
+    console.print(platform.table(platform.rows, progress, limit=50, final_only=True))
     n_final = sum(r["state"] == "final" for r in platform.rows.values())
     console.print(f"{n_final} final window result(s); everything stopped.")
 
 
 @app.command()
 def status(
-    data_dir: Annotated[Path, typer.Option(help="The `up` state directory.")] = Path("var/up"),
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Show the `up` whose data directory this is (default: every running one registered in "
+            "~/.local/state/kafka-audit/instances, whatever its data directory)."
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the instances as JSON lines.")] = False,
 ) -> None:
-    """Show what `kafka-audit up` is running (and the local Kafka cluster)."""
+    """Show what `kafka-audit up` is running: mode, cluster, topics, metrics, local Kafka. Exit 1 if none."""
+    from kafka_audit import instances
     from kafka_audit.platform import read_status
+
+    if data_dir is not None:
+        st = read_status(data_dir)
+        running = [st] if st is not None else []
+    else:
+        running = instances.running()
+    if not running:
+        where = f"in {data_dir}" if data_dir is not None else f"in {instances.instances_dir()}"
+        console.print(
+            f"kafka-audit up is not running (no live instance recorded {where}). An instance of another "
+            "user or HOME registers elsewhere: point at its data directory with `kafka-audit status "
+            "--data-dir DIR` (DIR holds up.json).",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(1)
+    for st in running:
+        if as_json:
+            print(json.dumps(st, sort_keys=True))
+        else:
+            _print_instance(st)
+
+
+def _print_instance(st: dict[str, Any]) -> None:
+    """Print one running ``up`` instance (:meth:`kafka_audit.platform.Platform.status_record`)."""
     from kafka_plumbing.local_cluster import KafkaCluster
 
-    st = read_status(data_dir)
-    if st is None:
-        console.print(f"kafka-audit up is not running (no live process recorded in {data_dir})")
-    else:
-        console.print(
-            f"kafka-audit up: pid {st['pid']}, bootstrap.servers={st['bootstrap_servers']}, "
-            f"metrics http://127.0.0.1:{st['metrics_port']}/metrics"
-        )
-    cluster = KafkaCluster.load(data_dir / "kafka")
-    if cluster is not None:
+    topics = ", ".join([*st.get("topics", []), *(f"/{p}/" for p in st.get("topic_patterns", []))]) or "-"
+    mode = st.get("mode", "?") + (f" ({st['scenario']})" if st.get("scenario") else "")
+    port = st.get("metrics_port")
+    console.print(
+        f"kafka-audit up: pid {st['pid']}, {mode}, cluster:{st.get('cluster', '?')} at "
+        f"bootstrap.servers={st['bootstrap_servers']}\n"
+        f"  topics: {topics}\n"
+        f"  metrics: {f'http://127.0.0.1:{port}/metrics' if port else 'off'}\n"
+        f"  data directory: {st.get('data_dir', '?')}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    data_dir = st.get("data_dir")
+    cluster = KafkaCluster.load(Path(data_dir) / "kafka") if data_dir else None
+    if cluster is not None and st.get("kafka_pids"):
         for row in cluster.status():
             console.print(
-                f"  kafka node {row['node']}: {row['broker']} pid {row['pid']} running={row['running']}"
+                f"  kafka node {row['node']}: {row['broker']} pid {row['pid']} running={row['running']}",
+                highlight=False,
             )
-    if st is None:
-        raise typer.Exit(1)
 
 
 # ------------------------------------------------------------------------- commands of other packages
@@ -633,6 +786,7 @@ def _register_package_commands() -> None:
     for package in ("testbed", "predictor", "alerts", "dashboards", "control_loop"):
         module = importlib.import_module(f"{package}.cli")
         module.register(app)
+    importlib.import_module("kafka_audit.mirror_cli").register(app)  # `mirror ...` and `tiers`
 
 
 _register_package_commands()

@@ -7,15 +7,23 @@ control loop in its configured mode), and
 optionally an audited load scenario; shows a live table of window results, measured next to
 predicted; stops everything (by PID / in reverse order) on Ctrl-C, SIGTERM or when the scenario's
 windows are final.
+
+Without a scenario it is in monitor mode: it audits the topics the cluster carries (named ones and
+those matching ``topic_patterns``, re-discovered while it runs) until stopped. A running instance
+registers itself (:mod:`kafka_audit.instances`), so ``kafka-audit status`` finds it whatever its data
+directory. On stop, Kafka clients are closed before the local brokers, and librdkafka's log lines of
+clients that are still closing are silenced once the brokers go down (no "Connection refused" noise).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -26,10 +34,12 @@ from rich.table import Table
 from alerts.pipeline import attach_to_job
 from audit_consumer.consumer import AuditConsumer
 from audit_consumer.settings import AuditConsumerSettings
+from audit_producer.librdkafka_config import reliability_config
 from audit_producer.load import run_load
 from audit_producer.settings import ProducerAuditSettings
 from audit_record import window_result
 from control_loop.pipeline import attach_to_job as attach_control
+from kafka_audit import instances
 from kafka_audit.up_settings import UpSettings
 from kafka_plumbing.local_cluster import KafkaCluster
 from kafka_plumbing.security import client_config
@@ -101,6 +111,24 @@ def _value(x: Any) -> str:
     return "?" if x is None else f"{x:g}" if isinstance(x, float) else str(x)
 
 
+def unaudited_cell(row: dict[str, Any]) -> str:
+    """Return a window's unaudited messages and their share of what the cluster holds: ``8,000 (100%)``.
+
+    Unaudited messages carry no audit stamp (their producers do not use ``AuditedProducer``); they are
+    counted apart and never as lost. ``-`` when there are none.
+    """
+    unaudited, received = row.get("unaudited") or 0, row.get("received") or 0
+    if not unaudited:
+        return "-"
+    share = f"{100 * unaudited / received:.0f}%" if received else "?"
+    return f"[yellow]{unaudited:,} ({share})[/]"
+
+
+def _unaudited_only(row: dict[str, Any]) -> bool:
+    """Return True for a window with unaudited messages and no audited producer (``sent`` 0): no R_l."""
+    return not row.get("sent") and bool(row.get("unaudited"))
+
+
 def results_table(
     rows: dict[tuple[str, int, str], dict[str, Any]],
     progress: dict[str, Any],
@@ -115,12 +143,16 @@ def results_table(
     when more than one cluster tier is shown (else the title names it), likewise the gamma target. The
     title names the model version serving the newest final window (:func:`serving_model`); a P_l made
     by a model still calibrating for this deployment ends in ``cal.`` (dimmed): no drift alert judges it.
+    The ``unaudited`` column (messages without an audit stamp and their share of the traffic,
+    :func:`unaudited_cell`) appears only when a shown window has some; a window with unaudited messages
+    only (no audited producer) shows ``n/a`` for R_l and R_d, explained in the caption.
     """
     from datetime import UTC, datetime
 
     chosen = [r for r in rows.values() if not final_only or r["state"] == "final"]
     chosen = sorted(chosen, key=lambda r: (r["window_start_ms"], r["topic"]), reverse=not final_only)[:limit]
     tiers = sorted({r["tier"] for r in chosen})
+    unaudited = any(r.get("unaudited") for r in chosen)
     targets = sorted({r["gamma_target"] for r in chosen if r.get("gamma_target") is not None})
     notes = []
     if len(tiers) == 1:
@@ -133,8 +165,17 @@ def results_table(
     model = serving_model(rows.values())
     if model is not None:
         notes.append(model)
-    table = Table(title="kafka-audit: window results" + (f" ({', '.join(notes)})" if notes else ""))
-    columns = ["topic", *(["tier"] if len(tiers) > 1 else []), "window (UTC)", "sent", "R_l"]
+    caption = (
+        "unaudited: messages without an audit stamp (share of what the cluster holds), never counted as "
+        "lost; n/a: no audited producer in the window, so no loss rate"
+        if unaudited
+        else None
+    )
+    table = Table(
+        title="kafka-audit: window results" + (f" ({', '.join(notes)})" if notes else ""), caption=caption
+    )
+    columns = ["topic", *(["tier"] if len(tiers) > 1 else []), "window (UTC)", "sent"]
+    columns += [*(["unaudited"] if unaudited else []), "R_l"]
     columns += ["P_l [90%]", "R_d", "P_d", "gamma", "suggestion", "state"]
     for col in columns:
         if col == "suggestion":
@@ -149,14 +190,16 @@ def results_table(
         cells = [r["topic"]]
         if len(tiers) > 1:
             cells.append(r["tier"].removeprefix("cluster:"))
+        na = _unaudited_only(r)
         cells += [
             datetime.fromtimestamp(r["window_start_ms"] / 1000, UTC).strftime("%H:%M:%S"),
             f"{r['sent']:,}",
-            _pct(r["loss_rate"]),
+            *([unaudited_cell(r)] if unaudited else []),
+            "n/a" if na else _pct(r["loss_rate"]),
             _interval(r.get("p_loss"), r.get("p_loss_lo"), r.get("p_loss_hi"))
             if not _calibrating(r)
             else f"[dim]{_interval(r.get('p_loss'), r.get('p_loss_lo'), r.get('p_loss_hi'))} cal.[/]",
-            _pct(r["duplicate_rate"]),
+            "n/a" if na else _pct(r["duplicate_rate"]),
             _pct(r.get("p_dup")),
             _gamma(r, show_target=len(targets) > 1),
             short_suggestion(r),
@@ -181,6 +224,9 @@ class Platform:
         self.load_windows: set[tuple[str, int]] = set()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self.table: Callable[..., Table] = results_table
+        """The live table: :func:`results_table`, or the tier view (``up --tiers``,
+        :func:`kafka_audit.tier_view.live_tiers_table`), called as ``table(rows, progress)``."""
 
     def _on_results(self, batch_id: int, results: list[dict[str, Any]]) -> None:
         with self._lock:
@@ -206,14 +252,19 @@ class Platform:
         conf = client_config({"bootstrap.servers": bootstrap}, s.kafka)
         for t in s.all_topics:
             ensure_topic(conf, t, partitions=3)
+        consumer_finality, spark_finality = s.consumer_finality, s.spark_finality
         self.consumer = AuditConsumer(
             AuditConsumerSettings(
                 cluster=s.cluster,
                 topics=s.all_topics,
+                topic_patterns=s.topic_patterns,
+                discovery_interval_ms=s.discovery_interval_ms,
                 bootstrap_servers=bootstrap,
                 kafka=s.kafka,
                 window_ms=s.window_ms,
-                grace_ms=s.consumer_grace_ms,
+                grace_ms=consumer_finality.grace_ms,
+                delivery_margin_ms=consumer_finality.delivery_margin_ms,
+                max_final_wait_ms=consumer_finality.max_wait_ms,
                 instance_id=f"up-{os.uname().nodename}",
             )
         )
@@ -225,7 +276,10 @@ class Platform:
                 master=s.master,
                 clusters=[s.cluster],
                 trigger_ms=s.trigger_ms,
-                grace_ms=s.spark_grace_ms,
+                grace_ms=spark_finality.grace_ms,
+                delivery_margin_ms=spark_finality.delivery_margin_ms,
+                max_final_wait_ms=spark_finality.max_wait_ms,
+                final_settle_ms=spark_finality.settle_ms,
                 watermark_delay_ms=s.watermark_delay_ms,
                 metrics_port=s.metrics_port,
                 checkpoint_dir=s.data_dir / "spark" / "checkpoint",
@@ -274,16 +328,37 @@ class Platform:
         th.start()
         self._threads.append(th)
 
-    def _write_status(self) -> None:
-        status = {
+    def status_record(self) -> dict[str, Any]:
+        """Return what ``kafka-audit status`` shows of this instance (JSON-able).
+
+        Keys: ``pid``, ``started_at`` (Unix s), ``mode`` (``monitor`` or ``scenario``),
+        ``bootstrap_servers``, ``cluster``, ``topics``, ``topic_patterns``, ``scenario``,
+        ``metrics_port``, ``data_dir`` (absolute), ``kafka_pids`` (local brokers, else empty).
+        """
+        s = self.s
+        return {
             "pid": os.getpid(),
-            "started_at": time.time(),
+            "started_at": getattr(self, "_started_at", None) or time.time(),
+            "mode": "monitor" if s.monitor else "scenario",
             "bootstrap_servers": self.bootstrap,
-            "metrics_port": self.s.metrics_port,
-            "data_dir": str(self.s.data_dir),
+            "cluster": s.cluster,
+            "topics": s.all_topics,
+            "topic_patterns": list(s.topic_patterns),
+            "scenario": s.scenario,
+            "metrics_port": s.metrics_port,
+            "data_dir": str(s.data_dir.resolve()),
             "kafka_pids": [n.pid for n in self.cluster.nodes] if self.cluster else [],
         }
-        (self.s.data_dir / STATUS_FILE).write_text(json.dumps(status, indent=2))
+
+    def _write_status(self) -> None:
+        """Record this instance in its data directory and in the user's instance registry."""
+        self._started_at = time.time()
+        record = self.status_record()
+        instances.write_data_dir_record(self.s.data_dir, STATUS_FILE, record)
+        try:
+            instances.register(record)
+        except OSError as exc:  # e.g. a read-only home: status then needs --data-dir
+            self.console.print(f"[yellow]not registered in {instances.instances_dir()}: {exc}[/]")
 
     def scenario_final(self) -> bool:
         """Return True once the scenario has ended and every one of its windows has a final result."""
@@ -297,21 +372,35 @@ class Platform:
         """Show the live table until stopped (or, with ``until_final``, until the scenario is final)."""
         assert self.job is not None
         deadline = None
-        with Live(results_table(self.rows, {}), console=self.console, refresh_per_second=2) as live:
+        with Live(self.table(self.rows, {}), console=self.console, refresh_per_second=2) as live:
             while not self.stop_event.is_set():
                 if self.job.exception() is not None:
                     raise RuntimeError(f"Spark job failed: {self.job.exception()}")
-                live.update(results_table(self.rows, self.job.progress()))
+                live.update(self.table(self.rows, self.job.progress()))
                 if until_final and getattr(self, "load_done", False):
-                    deadline = (
-                        deadline or time.monotonic() + (self.s.window_ms + self.s.spark_grace_ms) / 1000 + 120
-                    )
+                    deadline = deadline or time.monotonic() + self.final_wait_s() + 120
                     if self.scenario_final() or time.monotonic() > deadline:
                         break
                 self.stop_event.wait(0.5)
 
+    def final_wait_s(self) -> float:
+        """Return how long after the load's last window starts it takes to be final, at most, s.
+
+        One window, then the Spark job's wait for the load producers' ``message.timeout.ms``
+        (:class:`audit_record.finality.Finality`), then the watermark delay.
+        """
+        timeout = reliability_config(self.s.producer_config).message_timeout_ms
+        wait = self.s.spark_finality.wait_ms(timeout)
+        return (self.s.window_ms + wait + self.s.watermark_delay_ms) / 1000
+
     def stop(self) -> None:
-        """Stop everything in reverse order of the data flow; Kafka last, by PID."""
+        """Stop everything in reverse order of the data flow: clients first, then Kafka, by PID.
+
+        The load, the Spark job (its sinks, heartbeat and the alert and control clients) and the audit
+        consumer close their Kafka clients while the brokers still run; the local brokers stop last.
+        librdkafka's log lines from a client still closing then (``Connection refused``) are silenced:
+        they say nothing once the brokers are meant to be down.
+        """
         self.stop_event.set()
         if self.job is not None:
             self.job.stop()
@@ -319,10 +408,35 @@ class Platform:
                 self.job.spark.stop()
         for th in self._threads:
             th.join(60)
-        if self.cluster is not None:
-            self.cluster.stop()
-        status = self.s.data_dir / STATUS_FILE
-        status.unlink(missing_ok=True)
+        try:
+            if self.cluster is not None:
+                with quiet_librdkafka():
+                    self.cluster.stop()
+        finally:
+            (self.s.data_dir / STATUS_FILE).unlink(missing_ok=True)
+            instances.unregister(os.getpid())
+
+
+@contextlib.contextmanager
+def quiet_librdkafka() -> Iterator[None]:
+    """Silence what librdkafka writes to stderr (file descriptor 2) inside the block.
+
+    librdkafka logs with its own default logger, straight to fd 2, from its threads: a client whose
+    broker goes away prints ``Connect to ipv4#127.0.0.1:...: Connection refused`` until it is destroyed.
+    Used around stopping the local brokers, after every client of ``up`` was closed; Python's own
+    ``sys.stderr`` is flushed first and restored after, so errors after the block show as usual.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def read_status(data_dir: Path) -> dict[str, Any] | None:
@@ -330,10 +444,4 @@ def read_status(data_dir: Path) -> dict[str, Any] | None:
 
     Alive as :func:`kafka_plumbing.processes.pid_alive` says (a zombie is not, another user's process is).
     """
-    from kafka_plumbing.processes import pid_alive
-
-    path = Path(data_dir) / STATUS_FILE
-    if not path.exists():
-        return None
-    status: dict[str, Any] = json.loads(path.read_text())
-    return status if pid_alive(int(status["pid"])) else None
+    return instances.read_data_dir_record(Path(data_dir), STATUS_FILE)

@@ -26,6 +26,8 @@ from pydantic_settings import (
 )
 
 from alerts.settings import AlertSettings, load_settings
+from audit_consumer.discovery import check_patterns
+from audit_record.finality import DEFAULT_DELIVERY_MARGIN_MS, DEFAULT_MAX_FINAL_WAIT_MS, Finality
 from control_loop.settings import ControlSettings, load_control_settings
 from kafka_plumbing.errors import ConfigError, config_error
 from kafka_plumbing.security import KafkaSecurity
@@ -40,8 +42,16 @@ class UpSettings(BaseSettings):
     Attributes:
         bootstrap_servers: An existing cluster; None starts the local one (``brokers`` nodes in ``data_dir``).
         cluster: Name of the audited cluster (tier ``cluster:<name>``).
-        topics: Monitored topics (the scenario's topic is added).
+        topics: Monitored topics by name, created if missing (the scenario's topic is added).
+        topic_patterns: Python regular expressions (whole topic name; ``--topic``): every topic of the
+            cluster one matches is audited, internal ones excepted, and new ones are found every
+            ``discovery_interval_ms`` (monitor mode: ``up -b SERVERS --topic REGEX``).
+        discovery_interval_ms: How often the cluster's topics are listed for new matches, ms.
         window_ms: Audit window, ms. The *_grace_ms settings: see each component.
+        delivery_margin_ms, max_final_wait_ms: Adaptive finality of the audit consumer and the Spark job
+            (docs/DESIGN.md, invariant 8): a window waits for the largest ``message.timeout.ms`` of its
+            producers + the margin (at most ``max_final_wait_ms``; 0: the grace alone) when that is
+            longer than the grace. The job's settle time is ``spark_grace_ms - consumer_grace_ms``.
         master: Spark master. trigger_ms: micro-batch trigger, ms. metrics_port: Prometheus port (0 = none).
         scenario, rate, duration_s: Optional audited load: profile, messages/s, seconds.
         producer_config: librdkafka properties for the load producers.
@@ -67,11 +77,15 @@ class UpSettings(BaseSettings):
     data_dir: Path = Path("var/up")
     cluster: str = "local"
     topics: list[str] = Field(default_factory=list)
+    topic_patterns: list[str] = Field(default_factory=list)
+    discovery_interval_ms: int = Field(10_000, gt=0)
     window_ms: int = Field(60_000, gt=0)
     producer_grace_ms: int = Field(5_000, ge=0)
     consumer_grace_ms: int = Field(10_000, ge=0)
     spark_grace_ms: int = Field(30_000, ge=0)
     watermark_delay_ms: int = Field(5_000, ge=0)
+    delivery_margin_ms: int = Field(DEFAULT_DELIVERY_MARGIN_MS, ge=0)
+    max_final_wait_ms: int = Field(DEFAULT_MAX_FINAL_WAIT_MS, ge=0)
     master: str = "local[2]"
     trigger_ms: int = Field(5_000, gt=0)
     metrics_port: int = Field(9464, ge=0)
@@ -100,11 +114,32 @@ class UpSettings(BaseSettings):
             raise ConfigError(f"scenario={self.scenario!r}: allowed values are {', '.join(SCENARIOS)}")
         if self.brokers not in (1, 3):
             raise ConfigError(f"brokers={self.brokers}: allowed values are 1, 3")
+        check_patterns(self.topic_patterns)
         if self.bootstrap_servers is None and self.kafka.security_protocol != "PLAINTEXT":
             raise ConfigError(
                 f"kafka.security_protocol={self.kafka.security_protocol} needs bootstrap_servers: "
                 "the local cluster `up` starts is PLAINTEXT (allowed without bootstrap_servers: PLAINTEXT)"
             )
+
+    @property
+    def monitor(self) -> bool:
+        """True in monitor mode: no synthetic load, ``up`` audits what the cluster carries until stopped."""
+        return self.scenario is None
+
+    @property
+    def consumer_finality(self) -> Finality:
+        """The audit consumer's finality rule (grace, margin, bound)."""
+        return Finality(self.consumer_grace_ms, self.delivery_margin_ms, self.max_final_wait_ms)
+
+    @property
+    def spark_finality(self) -> Finality:
+        """The Spark job's finality rule: its grace, the same margin and bound, settle = the graces' gap."""
+        return Finality(
+            self.spark_grace_ms,
+            self.delivery_margin_ms,
+            self.max_final_wait_ms,
+            max(0, self.spark_grace_ms - self.consumer_grace_ms),
+        )
 
     @property
     def scenario_topic(self) -> str | None:

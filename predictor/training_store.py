@@ -30,6 +30,7 @@ from kafka_plumbing.errors import ConfigError
 from predictor.features import FEATURES, valid_rows
 
 SKIP_REASONS: tuple[str, ...] = (
+    "downstream_tier",
     "no_producer_config",
     "unknown_loss",
     "unknown_delay",
@@ -88,12 +89,17 @@ def skip_reason(result: Mapping[str, Any], min_messages: int = DEFAULT_MIN_MESSA
         min_messages: Fewest messages ``sent`` in the window (default :data:`DEFAULT_MIN_MESSAGES`).
 
     Returns:
-        The first applicable reason of :data:`SKIP_REASONS`: ``no_producer_config`` (no ``acks``),
+        The first applicable reason of :data:`SKIP_REASONS`: ``downstream_tier`` (a tier after the
+        first one: a MirrorMaker 2 replica or an application consumer group, whose hop the producers'
+        configuration does not decide; docs/DESIGN.md, "Tiers"), ``no_producer_config`` (no ``acks``),
         ``unknown_loss`` (``packet_loss_pct_est`` null), ``unknown_delay`` (``delay_ms_est`` null: no
         broker RTT sample, D would enter the model as 0), ``too_few_messages`` (``sent`` <
         ``min_messages``), ``unaudited_producers`` (> 0), ``mixed_config`` (``producer_configs`` > 1);
         None when the window is eligible.
     """
+    previous = result.get("previous_tier")
+    if not _missing(previous) and previous != "producer":
+        return "downstream_tier"
     if _missing(result.get("acks")):
         return "no_producer_config"
     if _missing(result.get("packet_loss_pct_est")):

@@ -9,9 +9,10 @@ mkdir -p "$CACHE"
 log() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*" >&2; }
 
 # 1. Debian packages: Java (Kafka, Spark), Maven (jars), iproute2/iptables/ping + libnetfilter-queue (testbed),
-#    Prometheus/Alertmanager (alerts, dashboards tests), Chromium (report screenshot test).
+#    Prometheus/Alertmanager (alerts, dashboards tests), Chromium (report screenshot test), kcat (an
+#    uninstrumented producer: the unaudited-traffic test).
 APT_PACKAGES=(openjdk-17-jre-headless maven iproute2 iptables iputils-ping build-essential python3.11-dev
-  libnetfilter-queue-dev prometheus prometheus-alertmanager chromium)
+  libnetfilter-queue-dev prometheus prometheus-alertmanager chromium kcat)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
@@ -48,9 +49,9 @@ ln -sfn "$VENV" .venv
 .venv/bin/pip install -q --no-deps --no-build-isolation --config-settings editable_mode=compat -e . >/dev/null
 
 # 3. JVM jars from Maven Central, keyed by the pom: the broker (kafka), Spark's Kafka connector (spark),
-#    the Prometheus JMX exporter java agent the local brokers run with (jmx-exporter).
+#    the Prometheus JMX exporter java agent the local brokers run with (jmx-exporter), MirrorMaker 2 (mirror).
 pom_key=$(sha256sum jvm/pom.xml | cut -c1-16)
-for profile in kafka spark jmx-exporter; do
+for profile in kafka spark jmx-exporter mirror; do
   dir="$CACHE/jars-$profile-$pom_key"
   if [ ! -f "$dir/.complete" ]; then
     log "fetching $profile jars into $dir"
@@ -61,4 +62,4 @@ for profile in kafka spark jmx-exporter; do
   fi
   ln -sfn "$dir" "$CACHE/jars-$profile"
 done
-log "ready: venv $VENV, jars in $CACHE/jars-kafka, $CACHE/jars-spark and $CACHE/jars-jmx-exporter"
+log "ready: venv $VENV, jars in $CACHE/jars-kafka, $CACHE/jars-spark, $CACHE/jars-jmx-exporter and $CACHE/jars-mirror"

@@ -223,7 +223,9 @@ class ReconciliationJob:
             decoded.withWatermark("event_time", f"{s.watermark_delay_ms} milliseconds")
             .groupBy("g_topic", "g_window")
             .applyInPandasWithState(
-                make_reconciler(list(s.clusters), s.grace_ms),
+                make_reconciler(
+                    list(s.clusters), s.grace_ms, finality=s.finality, tier_order=list(s.tier_order)
+                ),
                 OUTPUT_SCHEMA,
                 STATE_SCHEMA,
                 "update",

@@ -1,7 +1,9 @@
 """Prometheus exporter of window results (prometheus-client), on 127.0.0.1.
 
 Metric names end in their unit (``_ratio``, ``_total``, ``_seconds``); labels are ``topic`` and ``tier``.
-Ratio gauges hold the newest final window's value; ``_total`` counters add every final window.
+Ratio gauges hold the newest final window's value; ``_total`` counters add every final window. Unaudited
+messages (no audit stamp) have their own counter and share (``unaudited_ratio``), never in ``lost``;
+``final_wait_seconds`` is how long the newest window waits after its end before it is final.
 
 The live comparison (:mod:`spark_streaming.predict`) adds, per (topic, tier) of the newest final window:
 predicted P_l / P_d with ``bound`` p05 / p50 / p95, gamma actual / predicted, the gamma target, and the
@@ -93,6 +95,37 @@ class ResultMetrics:
         )
         self.windows = Counter(
             "kafka_audit_windows_total", "Window results emitted", (*LABELS, "state"), registry=r
+        )
+        self.received = Counter(
+            "kafka_audit_messages_received_total",
+            "Messages the cluster holds, audited or not, copies included (final windows)",
+            LABELS,
+            registry=r,
+        )
+        self.unaudited = Counter(
+            "kafka_audit_messages_unaudited_total",
+            "Messages without an audit stamp (final windows); never counted as lost",
+            LABELS,
+            registry=r,
+        )
+        self.unaudited_ratio = Gauge(
+            "kafka_audit_unaudited_ratio",
+            "Unaudited / received messages of the newest final window (fraction of the topic's traffic)",
+            LABELS,
+            registry=r,
+        )
+        self.final_wait = Gauge(
+            "kafka_audit_final_wait_seconds",
+            "How long after its end the newest window waits before it is final (the grace, or its "
+            "producers' largest message.timeout.ms + margin), seconds",
+            LABELS,
+            registry=r,
+        )
+        self.producers = Gauge(
+            "kafka_audit_producers",
+            "Audited producers that reported for the newest final window",
+            LABELS,
+            registry=r,
         )
         self.dead_letters = Counter(
             "kafka_audit_dead_letters_total",
@@ -222,6 +255,33 @@ class ResultMetrics:
             registry=r,
         )
 
+        # The tier view (docs/DESIGN.md, "Tiers"): each tier against the tier before it.
+        self.tier_completeness = Gauge(
+            "kafka_audit_tier_completeness_ratio",
+            "Completeness relative to the tier before (unique / previous tier's unique), newest final window",
+            LABELS,
+            registry=r,
+        )
+        self.tier_lag = Gauge(
+            "kafka_audit_tier_lag_seconds",
+            "How long after its end the newest final window reached its final counts at this tier, seconds",
+            LABELS,
+            registry=r,
+        )
+        self.tier_duplicates_added = Counter(
+            "kafka_audit_tier_duplicates_added_total",
+            "Duplicates this tier added to the tier before's (e.g. MirrorMaker 2 re-copies), final windows",
+            LABELS,
+            registry=r,
+        )
+        self.tier_behind = Gauge(
+            "kafka_audit_tier_behind_messages",
+            "Messages the tier before holds that this tier does not yet, summed over provisional windows",
+            LABELS,
+            registry=r,
+        )
+        self._behind: dict[tuple[str, str], dict[int, int]] = {}
+
         # Known outcomes exported from the start at 0, so increase() sees their first event.
         for outcome in ("stored", *SKIP_REASONS):
             self.training_windows.labels(outcome)
@@ -245,6 +305,9 @@ class ResultMetrics:
         for row in sorted(results, key=lambda r: r["window_start_ms"]):  # the newest window wins
             labels = (row["topic"], row["tier"])
             self.windows.labels(*labels, row["state"]).inc()
+            if row.get("final_wait_ms") is not None:
+                self.final_wait.labels(*labels).set(row["final_wait_ms"] / 1000)
+            self._observe_tier(labels, row)
             if row["state"] != "final":
                 continue
             if row["completeness"] is not None:
@@ -256,12 +319,21 @@ class ResultMetrics:
             self.unique.labels(*labels).inc(row["unique"])
             self.lost.labels(*labels).inc(max(0, row["sent"] - row["unique"]))
             self.duplicated.labels(*labels).inc(row["duplicated"])
+            self._observe_unaudited(labels, row)
             self._observe_comparison(labels, row)
         for d in dead:
             self.dead_letters.labels("spark", d["reason"]).inc()
         for lt in late:
             self.late.labels(lt["topic"]).inc(lt["late"] or 0)
         self.observe_producers(producers or [])
+
+    def _observe_unaudited(self, labels: tuple[str, str], row: dict[str, Any]) -> None:
+        """Count a final window's received and unaudited messages; set its unaudited share and producers."""
+        received, unaudited = row.get("received") or 0, row.get("unaudited") or 0
+        self.received.labels(*labels).inc(received)
+        self.unaudited.labels(*labels).inc(unaudited)
+        self.unaudited_ratio.labels(*labels).set(unaudited / received if received else 0.0)
+        self.producers.labels(*labels).set(row.get("producers") or 0)
 
     def _observe_comparison(self, labels: tuple[str, str], row: dict[str, Any]) -> None:
         """Set the live-comparison gauges from one final window (series without a value are removed)."""
@@ -283,6 +355,21 @@ class ResultMetrics:
         if text:
             self.suggestion_info.labels(*labels, text).set(after if _present(after) else math.nan)
             self._suggestion_labels[labels] = text
+
+    def _observe_tier(self, labels: tuple[str, str], row: dict[str, Any]) -> None:
+        """Set the tier-view metrics from one result row (``window_result.TIER_FIELDS``; absent: skipped)."""
+        if row.get("previous_tier") is None:  # a result written before the tier view
+            return
+        behind = self._behind.setdefault(labels, {})
+        if row["state"] == "final":
+            behind.pop(row["window_start_ms"], None)
+            self._set(self.tier_completeness, labels, row.get("completeness_vs_previous"))
+            lag_ms = row.get("tier_lag_ms")
+            self._set(self.tier_lag, labels, lag_ms / 1000 if lag_ms is not None else None)
+            self.tier_duplicates_added.labels(*labels).inc(row.get("duplicates_added") or 0)
+        else:
+            behind[row["window_start_ms"]] = max(0, (row.get("previous_unique") or 0) - (row["unique"] or 0))
+        self.tier_behind.labels(*labels).set(sum(behind.values()))
 
     @staticmethod
     def _set(gauge: Gauge, labels: tuple[str, ...], value: Any) -> None:

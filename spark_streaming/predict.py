@@ -33,6 +33,7 @@ the driver counts (``kafka_audit_prediction_failures_total``), and says why in `
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from audit_record import window_result
+from audit_record import PRODUCER_TIER, window_result
 from predictor.registry import SHIPPED_VERSION
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ class KpiConfig:
         model_dir: Predictor model directory (None: the shipped default).
         model_version: Version written to ``model_version`` of the predicted rows (None: the loaded
             model's card ``version``, else ``shipped``).
+        suggest_producers: Suggestions may change the number of producers (a hint the application must
+            follow); False: only the producer configuration.
     """
 
     stream_type: str = "default"
@@ -79,6 +82,7 @@ class KpiConfig:
     topics: dict[str, tuple[str | None, float | None, float | None]] = field(default_factory=dict)
     model_dir: str | None = None
     model_version: str | None = None
+    suggest_producers: bool = True
 
     @classmethod
     def from_settings(cls, settings: Any, gamma_target: float) -> KpiConfig:
@@ -86,6 +90,7 @@ class KpiConfig:
         return cls(
             stream_type=settings.stream_type,
             gamma_target=gamma_target,
+            suggest_producers=getattr(settings, "suggest_producers", True),
             message_size_bytes=settings.message_size_bytes,
             topics={
                 t: (k.stream_type, k.gamma_target, k.message_size_bytes)
@@ -110,13 +115,26 @@ def _num(col: pd.Series) -> pd.Series:
 
 
 def predictable(results: pd.DataFrame) -> pd.Series:
-    """Boolean mask: final result rows with messages sent and a producer configuration (acks known)."""
+    """Boolean mask: final result rows with messages sent and a producer configuration (acks known).
+
+    Only the first tier after the producers (``previous_tier`` ``producer``, or null in rows without the
+    tier fields): the producers' configuration and network decide what reaches it; a replica or an
+    application consumer tier adds its own hop (docs/DESIGN.md, "Tiers"), which Eq. 1 does not model,
+    so those rows get no prediction, gamma or suggestion (and the gamma, drift and control decisions
+    that read them leave them out).
+    """
     kind = results["kind"] if "kind" in results else pd.Series("result", index=results.index)
+    first_tier = (
+        results["previous_tier"].isna() | (results["previous_tier"] == PRODUCER_TIER)
+        if "previous_tier" in results
+        else pd.Series(True, index=results.index)
+    )
     return (
         (kind == "result")
         & (results["state"] == "final")
         & (_num(results["sent"]).fillna(0) > 0)
         & results["acks"].notna()
+        & first_tier
     )
 
 
@@ -322,6 +340,7 @@ def add_predictions(
         if predictor is None or pred is None:
             continue
         below = _num(out.loc[mine, "gamma_actual"]) < target
+        scaled = functools.partial(suggest, scale_producers=config.suggest_producers)
         cache: dict[tuple[Any, ...], dict[str, Any] | None] = {}
         for i in below[below].index:
             if pd.isna(out.at[i, "p_loss"]):
@@ -329,7 +348,7 @@ def add_predictions(
             key = tuple(out.at[i, c] for c in _SUGGEST_KEY)
             try:
                 if key not in cache:
-                    cache[key] = _suggest(out, i, target, weights, predictor, suggest)
+                    cache[key] = _suggest(out, i, target, weights, predictor, scaled)
             except Exception as exc:
                 _error(out, pd.Index([i]), "suggest", exc)
                 continue

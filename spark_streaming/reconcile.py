@@ -1,4 +1,4 @@
-"""Reconciling one (topic, window): newest snapshot per key, producer tier vs each cluster tier.
+"""Reconciling one (topic, window): newest snapshot per key, each tier vs the producers and the tier before.
 
 Pure Python, no Spark: the Spark job calls it from its stateful operator, the tests call it directly.
 A snapshot is the dict :func:`compact` makes of an :class:`~audit_record.AuditRecord`, plus its place
@@ -13,6 +13,7 @@ from typing import Any
 
 from audit_record import PRODUCER_TIER, AuditRecord, cluster_tier, window_result
 from audit_record.record import COUNT_FIELDS
+from audit_record.tiers import TierOrder
 from spark_streaming.rates import completeness, duplicate_rate, loss_rate
 
 _KEEP = ("tier", "producer_id", *COUNT_FIELDS, "latency_p99_ms", "latency_max_ms", "emitted_at_ms")
@@ -63,13 +64,91 @@ def snapshot_network(snap: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def message_timeout_ms(snapshots: Iterable[Mapping[str, Any]]) -> int | None:
+    """Return the largest librdkafka ``message.timeout.ms`` of a window's producer snapshots, ms.
+
+    0 (librdkafka: no timeout) wins over any number; None when no producer reported a configuration.
+    The audit consumer and the job make a window final only once that long (plus a margin, bounded)
+    has passed after its end (:class:`audit_record.finality.Finality`; docs/DESIGN.md, invariant 8).
+    """
+    timeouts = [
+        t
+        for s in snapshots
+        if s["tier"] == PRODUCER_TIER and (t := snapshot_config(s)["message_timeout_ms"]) is not None
+    ]
+    if not timeouts:
+        return None
+    return 0 if 0 in timeouts else max(timeouts)
+
+
+_LAG_COUNTS = ("sent", "received", "unique", "duplicated", "unaudited")
+"""The counters whose change moves a snapshot's ``changed_at_ms`` (a tier's lag; late messages do not)."""
+
+
 def merge(state: dict[str, dict[str, Any]], key: str, snapshot: dict[str, Any]) -> bool:
-    """Keep ``snapshot`` under ``key`` if it is newer than the one held; return True if it was kept."""
+    """Keep ``snapshot`` under ``key`` if it is newer than the one held; return True if it was kept.
+
+    A kept snapshot whose counts (:data:`_LAG_COUNTS`) equal the held one's inherits its
+    ``changed_at_ms`` (the emission time of the first snapshot with these counts; absent = its own
+    ``emitted_at_ms``), so a tier's lag (:func:`add_tier_view`) is when it reached its counts, not when
+    it last repeated them.
+    """
     held = state.get(key)
     if held is not None and tuple(held["order"]) >= tuple(snapshot["order"]):
         return False
+    if held is not None and all(held.get(k) == snapshot.get(k) for k in _LAG_COUNTS):
+        snapshot["changed_at_ms"] = held.get("changed_at_ms", held["emitted_at_ms"])
     state[key] = snapshot
     return True
+
+
+def add_tier_view(
+    rows: list[dict[str, Any]],
+    snapshots: Iterable[Mapping[str, Any]],
+    order: TierOrder,
+    sent: int,
+    window_end_ms: int,
+) -> None:
+    """Fill the tier fields (``window_result.TIER_FIELDS``) of one window's result rows, in place.
+
+    Each row is compared with the tier before it (:meth:`audit_record.tiers.TierOrder.previous` among
+    ``producer`` and the rows' tiers): ``previous_unique`` (``sent`` when the producer tier is before it),
+    ``completeness_vs_previous`` = unique / previous_unique (capped at 1), ``duplicates_added`` =
+    duplicated - the previous tier's duplicated (floored at 0; the producer tier has none) and
+    ``duplicate_rate_vs_previous`` = duplicates_added / previous_unique. ``tier_lag_ms`` is the newest
+    ``changed_at_ms`` (else ``emitted_at_ms``) of the tier's snapshots minus ``window_end_ms``, floored
+    at 0 (ms); None for a tier without snapshots.
+
+    Args:
+        rows: One result row per non-producer tier (:func:`reconcile`'s).
+        snapshots: The window's newest snapshots (:func:`compact`, kept by :func:`merge`).
+        order: The tier order.
+        sent: Messages the window's producers sent.
+        window_end_ms: Window end, ms since epoch UTC.
+    """
+    by_tier = {r["tier"]: r for r in rows}
+    present = [PRODUCER_TIER, *by_tier]
+    changed: dict[str, int] = {}
+    for s in snapshots:
+        at = int(s.get("changed_at_ms", s["emitted_at_ms"]))
+        changed[s["tier"]] = max(changed.get(s["tier"], at), at)
+    for row in rows:
+        tier = row["tier"]
+        previous = order.previous(tier, present) or PRODUCER_TIER
+        if previous == PRODUCER_TIER:
+            prev_unique, prev_dup = sent, 0
+        else:
+            prev_unique, prev_dup = by_tier[previous]["unique"], by_tier[previous]["duplicated"]
+        added = max(0, row["duplicated"] - prev_dup)
+        row.update(
+            tier_rank=order.level(tier),
+            previous_tier=previous,
+            previous_unique=prev_unique,
+            completeness_vs_previous=completeness(prev_unique, row["unique"]),
+            duplicates_added=added,
+            duplicate_rate_vs_previous=duplicate_rate(prev_unique, added),
+            tier_lag_ms=max(0, changed[tier] - window_end_ms) if tier in changed else None,
+        )
 
 
 def reconcile(
@@ -79,8 +158,10 @@ def reconcile(
     snapshots: Iterable[dict[str, Any]],
     clusters: Iterable[str],
     state: str,
+    final_wait_ms: int | None = None,
+    tier_order: TierOrder | None = None,
 ) -> list[dict[str, Any]]:
-    """Return one result row (every :mod:`audit_record.window_result` field) per cluster tier for this window.
+    """Return one result row (every :mod:`audit_record.window_result` field) per tier for this window.
 
     Args:
         topic: The audited topic.
@@ -89,6 +170,11 @@ def reconcile(
         snapshots: The newest snapshot of every key in the window (see :func:`compact`).
         clusters: Cluster names expected to audit this topic; a tier seen in the snapshots is added.
         state: ``window_result.PROVISIONAL`` or ``window_result.FINAL``.
+        final_wait_ms: How long after its end the job waits before the window is final, ms (the
+            ``final_wait_ms`` field; None: not said).
+        tier_order: The order of the tiers (None: derived from ``clusters``,
+            :meth:`audit_record.tiers.TierOrder.derive`); rows come in that order, with the tier fields
+            of :func:`add_tier_view`.
 
     R_l, R_d and completeness follow Eq. 3 over the window (:mod:`spark_streaming.rates`); unique and
     duplicated count only producers that reported (the rest are ``unaudited_producers``). The network
@@ -97,6 +183,8 @@ def reconcile(
     ``message_size_bytes`` M = value bytes / messages sent (producers reporting bytes).
     """
     snaps = list(snapshots)
+    clusters = list(clusters)
+    order = tier_order or TierOrder.derive(clusters)
     producers = [s for s in snaps if s["tier"] == PRODUCER_TIER]
     sent_by: dict[str, int] = {}
     for s in producers:
@@ -117,7 +205,7 @@ def reconcile(
     size_sent = sum(s["sent"] for s in producers if s.get("bytes"))
     result_at = max((s["emitted_at_ms"] for s in snaps), default=window_end_ms)
     rows = []
-    for tier in sorted(tiers):
+    for tier in order.sort(tiers):
         mine = [s for s in snaps if s["tier"] == tier]
         audited = [s for s in mine if s["producer_id"] in sent_by]
         unique = sum(s["unique"] for s in audited)
@@ -162,6 +250,8 @@ def reconcile(
                 tx_retries=sum(n.get("tx_retries") or 0 for _, n in networks),
                 request_timeouts=sum(n.get("request_timeouts") or 0 for _, n in networks),
                 result_at_ms=result_at,
+                final_wait_ms=final_wait_ms,
             )
         )
+    add_tier_view(rows, snaps, order, sent, window_end_ms)
     return rows

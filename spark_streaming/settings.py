@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from audit_record import DEFAULT_AUDIT_TOPIC, DEFAULT_DLQ_TOPIC
+from audit_record.finality import DEFAULT_DELIVERY_MARGIN_MS, DEFAULT_MAX_FINAL_WAIT_MS, Finality
 from kafka_plumbing.security import KafkaSecurity
 
 StreamType = Literal["default", "social", "weblog", "game"]
@@ -46,12 +47,26 @@ class SparkJobSettings(BaseSettings):
         commits_topic: Compacted marker topic: last micro-batch id written to Kafka (exactly-once sinks).
         checkpoint_dir: Spark checkpoint (offsets, state); reuse it to resume after a crash.
         parquet_dir: Parquet results, partitioned by ``date=YYYY-MM-DD``.
-        clusters: Cluster names expected to audit every topic (a silent cluster shows 100% loss).
+        clusters: Cluster names expected to audit every topic (a silent cluster shows 100% loss), in
+            data-flow order (``["A", "B"]`` when MirrorMaker 2 copies A to B): the default tier order.
+        tier_order: The tier order as ``fnmatch`` patterns of tier names, e.g. ``["producer",
+            "cluster:A", "cluster:B", "consumer:*"]`` (``KAFKA_AUDIT_SPARK_TIER_ORDER`` as JSON); each tier
+            is compared with the one before it (``docs/DESIGN.md``, "Tiers"). Empty: producer, the
+            ``clusters`` in order, other cluster tiers, then ``consumer:*``.
         trigger_ms: Micro-batch trigger interval, ms.
         watermark_delay_ms: Spark watermark delay on snapshot time: how far out of order snapshots may
             arrive, ms. Snapshots older than the watermark are dropped by Spark and counted (late).
         grace_ms: A window is final once the watermark passes its end + grace, ms. Must exceed the
-            producers' and audit consumers' own grace so their final snapshots are in.
+            producers' and audit consumers' own grace so their final snapshots are in. Longer for a
+            window whose producers may still deliver (docs/DESIGN.md, invariant 8): end + the largest
+            ``message.timeout.ms`` of its producers + ``delivery_margin_ms`` (at most
+            ``max_final_wait_ms``) + ``final_settle_ms``.
+        delivery_margin_ms: Added to the producers' ``message.timeout.ms``, ms; the audit consumers must
+            use the same (``KAFKA_AUDIT_CONSUMER_DELIVERY_MARGIN_MS``).
+        max_final_wait_ms: Bound of the delivery wait, ms (as the audit consumers'); 0 turns the
+            adaptation off: every window is final after the grace.
+        final_settle_ms: After the delivery wait, how long the audit consumers' final snapshots may take
+            to reach the job (their grace and this job's grace usually differ by this much), ms.
         heartbeat_ms: The job writes a heartbeat to the audit topic this often so event time advances
             while producers are idle, ms (0 disables).
         shuffle_partitions: ``spark.sql.shuffle.partitions`` (state partitions; fixed per checkpoint).
@@ -66,6 +81,8 @@ class SparkJobSettings(BaseSettings):
         predict: Add the live comparison to final windows (predicted P_l, P_d, gamma, suggestion;
             :mod:`spark_streaming.predict`).
         model_dir: Predictor model directory (None: the shipped default model).
+        suggest_producers: Suggestions may change the number of producers (``suggested_producers``, a
+            hint the application must follow); False when it cannot scale (only librdkafka properties).
         stream_type: Eq. 2 weights preset of topics without their own (``default``, ``social``,
             ``weblog``, ``game``).
         gamma_target: gamma target of topics without their own, (0, 1]. None: the alert settings'
@@ -106,9 +123,13 @@ class SparkJobSettings(BaseSettings):
     checkpoint_dir: Path = Path("var/spark/checkpoint")
     parquet_dir: Path = Path("var/spark/results")
     clusters: list[str] = Field(default_factory=lambda: ["local"])
+    tier_order: list[str] = Field(default_factory=list)
     trigger_ms: int = Field(5_000, gt=0)
     watermark_delay_ms: int = Field(10_000, ge=0)
     grace_ms: int = Field(60_000, ge=0)
+    delivery_margin_ms: int = Field(DEFAULT_DELIVERY_MARGIN_MS, ge=0)
+    max_final_wait_ms: int = Field(DEFAULT_MAX_FINAL_WAIT_MS, ge=0)
+    final_settle_ms: int = Field(30_000, ge=0)
     heartbeat_ms: int = Field(2_000, ge=0)
     shuffle_partitions: int = Field(4, gt=0)
     metrics_port: int = Field(0, ge=0)
@@ -119,6 +140,7 @@ class SparkJobSettings(BaseSettings):
     kafka: KafkaSecurity = Field(default_factory=KafkaSecurity.from_env)
     predict: bool = True
     model_dir: Path | None = None
+    suggest_producers: bool = True
     stream_type: StreamType = "default"
     gamma_target: float | None = Field(None, gt=0.0, le=1.0)
     message_size_bytes: float = Field(1_000.0, gt=0.0)
@@ -133,6 +155,11 @@ class SparkJobSettings(BaseSettings):
     retrain_data: list[Path] = Field(default_factory=list)
     calibration_windows: int = Field(30, ge=1)
     calibration_max_mae: float = Field(0.05, gt=0.0)
+
+    @property
+    def finality(self) -> Finality:
+        """The rule that makes windows final: grace, delivery margin, bound and settle time."""
+        return Finality(self.grace_ms, self.delivery_margin_ms, self.max_final_wait_ms, self.final_settle_ms)
 
     @model_validator(mode="before")
     @classmethod

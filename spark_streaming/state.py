@@ -2,7 +2,9 @@
 
 Runs inside Spark as ``applyInPandasWithState`` with an event-time timeout. A window's state holds
 the newest snapshot per key; every micro-batch that changes it emits a *provisional* result; when the
-watermark passes ``window_end + grace`` the timeout emits the *final* result once and leaves a small
+watermark passes ``window_end`` + its wait (the grace, or longer while the window's producers may still
+deliver: :class:`audit_record.finality.Finality`, docs/DESIGN.md invariant 8; each result says how long
+in ``final_wait_ms``) the timeout emits the *final* result once and leaves a small
 tombstone (for ``retention_ms``) so snapshots arriving later are reported as late, never re-opening a
 final window (docs/DESIGN.md, invariant 5). Dead letters pass straight through; heartbeats only move the
 watermark. Every producer-tier snapshot a micro-batch brings in (the newest per producer) also leaves
@@ -15,14 +17,22 @@ step of the query (:mod:`spark_streaming.predict`) fills them for final windows.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pandas as pd
 
 from audit_record import PRODUCER_TIER, window_result
+from audit_record.finality import Finality
+from audit_record.tiers import TierOrder
 from spark_streaming.decode import DEAD_LETTER_GROUP, HEARTBEAT_GROUP
-from spark_streaming.reconcile import merge, reconcile, snapshot_config, snapshot_network
+from spark_streaming.reconcile import (
+    merge,
+    message_timeout_ms,
+    reconcile,
+    snapshot_config,
+    snapshot_network,
+)
 
 RESULT_COLUMNS: list[tuple[str, str]] = [
     (name, window_result.SPARK_TYPES[name]) for name in window_result.FIELDS
@@ -75,8 +85,24 @@ def make_reconciler(
     clusters: list[str],
     grace_ms: int,
     retention_ms: int = 3_600_000,
+    finality: Finality | None = None,
+    tier_order: Sequence[str] = (),
 ) -> Callable[[tuple[Any, ...], Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
-    """Return the ``applyInPandasWithState`` function for these clusters and grace (ms)."""
+    """Return the ``applyInPandasWithState`` function for these clusters and grace (ms).
+
+    Args:
+        clusters: Cluster names expected to audit every topic.
+        grace_ms: Fixed wait after a window's end before it is final, ms (``finality`` None).
+        retention_ms: A final window's tombstone is kept this long to report late snapshots, ms.
+        finality: The adaptive rule (its ``grace_ms`` replaces ``grace_ms``); None: the grace alone.
+        tier_order: The tier order (patterns, ``docs/DESIGN.md``, "Tiers"); empty: derived from
+            ``clusters`` (:meth:`audit_record.tiers.TierOrder.derive`).
+    """
+    rule = finality or Finality(grace_ms, max_wait_ms=0)
+    order = TierOrder.derive(clusters, tier_order)
+
+    def wait_of(snaps: dict[str, Any]) -> int:
+        return rule.wait_ms(message_timeout_ms(snaps.values()))
 
     def reconcile_window(
         key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any
@@ -95,11 +121,13 @@ def make_reconciler(
             if final:
                 state.remove()
                 return
+            snaps = json.loads(snaps_json)
+            wait = wait_of(snaps)
             rows = reconcile(
-                topic, window_start, int(end), json.loads(snaps_json).values(), clusters, window_result.FINAL
+                topic, window_start, int(end), snaps.values(), clusters, window_result.FINAL, wait, order
             )
             state.update(("{}", int(end), True))
-            state.setTimeoutTimestamp(int(end) + grace_ms + retention_ms)
+            state.setTimeoutTimestamp(int(end) + wait + retention_ms)
             yield _frame([{**r, "kind": "result"} for r in rows])
             return
         snaps: dict[str, Any] = {}
@@ -136,11 +164,14 @@ def make_reconciler(
                         if held is None or held["emitted_at_ms"] <= snap["emitted_at_ms"]:
                             producers[snap["producer_id"]] = snap
         assert end is not None
+        wait = wait_of(snaps)
         state.update((json.dumps(snaps), end, False))
-        state.setTimeoutTimestamp(max(end + grace_ms, state.getCurrentWatermarkMs() + 1))
+        state.setTimeoutTimestamp(max(end + wait, state.getCurrentWatermarkMs() + 1))
         out = [producer_row(topic, window_start, end, p) for p in producers.values()]
         if changed:
-            rows = reconcile(topic, window_start, end, snaps.values(), clusters, window_result.PROVISIONAL)
+            rows = reconcile(
+                topic, window_start, end, snaps.values(), clusters, window_result.PROVISIONAL, wait, order
+            )
             out += [{**r, "kind": "result"} for r in rows]
         if out:
             yield _frame(out)

@@ -336,7 +336,7 @@ def run(
         if late:
             console.print(
                 f"{late} message(s) reached the audit consumer after their window was final (late); "
-                "a longer grace_ms in the scenario counts them"
+                "a longer grace_ms (or max_final_wait_ms) in the scenario counts them"
             )
     console.print(f"results in {out}/stages.json and {out}/windows.csv")
 

@@ -73,7 +73,15 @@ def run_demo(console: Console, duration_s: float, rate: float, window_ms: int, d
         )
         loads = []
         for i, (profile, topic) in enumerate(zip(PROFILES, topics, strict=True)):
-            cfg = {**config, "client.id": f"demo-{profile}", "acks": "1", "linger.ms": 5}
+            # message.timeout.ms: a window is final only once its producers cannot deliver any more
+            # (docs/DESIGN.md, invariant 8); librdkafka's default of 300 s would make the demo wait that long
+            cfg = {
+                **config,
+                "client.id": f"demo-{profile}",
+                "acks": "1",
+                "linger.ms": 5,
+                "message.timeout.ms": 5_000,
+            }
             th = threading.Thread(
                 target=lambda c=cfg, t=topic, p=profile, s=i: loads.append(
                     run_load(c, t, p, rate=rate, duration_s=duration_s, audit=audit, seed=s)

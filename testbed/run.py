@@ -242,6 +242,8 @@ def run_scenario(
             bootstrap_servers=lab.bootstrap_servers,
             window_ms=scenario.window_ms,
             grace_ms=scenario.grace_ms,
+            delivery_margin_ms=scenario.delivery_margin_ms,
+            max_final_wait_ms=scenario.max_final_wait_ms,
             audit_topic=lab.audit_topic,
             instance_id=f"testbed-{scenario.name}",
         )
@@ -352,15 +354,20 @@ def _start_job(
             if r["state"] == "final":
                 finals[(r["topic"], r["window_start_ms"], r["tier"])] = r
 
+    settle_ms = max(6_000, scenario.window_ms // 2)
     s = SparkJobSettings(
         bootstrap_servers=lab.bootstrap_servers,
         audit_topic=lab.audit_topic,
         clusters=[CLUSTER],
         trigger_ms=2_000,
         watermark_delay_ms=2_000,
-        grace_ms=scenario.grace_ms + max(6_000, scenario.window_ms // 2),  # after the consumer's finals
+        grace_ms=scenario.grace_ms + settle_ms,  # after the consumer's finals
+        delivery_margin_ms=scenario.delivery_margin_ms,
+        max_final_wait_ms=scenario.max_final_wait_ms,
+        final_settle_ms=settle_ms,
         heartbeat_ms=1_000,
         metrics_port=0,
+        suggest_producers=False,  # one producer process per stage: the testbed load cannot scale out
         checkpoint_dir=work_dir / "spark" / "checkpoint",
         parquet_dir=work_dir / "spark" / "results",
         **(lifecycle.job_settings() if lifecycle is not None else {"retrain": False}),

@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from audit_record.finality import DEFAULT_DELIVERY_MARGIN_MS, DEFAULT_MAX_FINAL_WAIT_MS
 from kafka_plumbing.errors import ConfigError, config_error
 from testbed.impairment import Impairment
 
@@ -88,7 +89,11 @@ class Scenario(BaseModel):
             window is final, ms. Through a lossy path TCP delivers seconds late (retransmission timeouts,
             and the kernel drains an exited producer's send queue); a message arriving after the grace
             is counted as late, not in R_l's received, and the verifier (which reads the topic at the
-            end) would disagree. The Spark job's grace is derived from it.
+            end) would disagree. The Spark job's grace is derived from it. Producers whose
+            ``message.timeout.ms`` + ``delivery_margin_ms`` exceed it make their windows wait that long
+            instead (at most ``max_final_wait_ms``; docs/DESIGN.md, invariant 8).
+        delivery_margin_ms, max_final_wait_ms: The adaptive finality of the audit consumer and the job, ms
+            (``max_final_wait_ms`` 0: the grace alone).
         producer: Base librdkafka properties of every stage.
         variants: Named overrides of ``producer`` (``default`` is implicit and empty unless given).
         workload: Base workload.
@@ -103,6 +108,8 @@ class Scenario(BaseModel):
     topic: str = ""
     window_ms: int = Field(10_000, gt=0)
     grace_ms: int = Field(10_000, ge=0)
+    delivery_margin_ms: int = Field(DEFAULT_DELIVERY_MARGIN_MS, ge=0)
+    max_final_wait_ms: int = Field(DEFAULT_MAX_FINAL_WAIT_MS, ge=0)
     producer: dict[str, Any] = Field(default_factory=dict)
     variants: dict[str, dict[str, Any]] = Field(default_factory=dict)
     workload: Workload = Field(default_factory=Workload)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import Iterator
@@ -10,6 +11,12 @@ import pytest
 
 from kafka_plumbing.local_cluster import KafkaCluster
 from kafka_plumbing.topics import ensure_topic
+
+# Windows wait for their producers' message.timeout.ms (docs/DESIGN.md, invariant 8): librdkafka's default
+# of 300 s would keep the windows of most tests open for 5 minutes. Tests that do not name
+# max_final_wait_ms get the fixed grace; tests of adaptive finality pass it explicitly (arguments win).
+os.environ.setdefault("KAFKA_AUDIT_CONSUMER_MAX_FINAL_WAIT_MS", "0")
+os.environ.setdefault("KAFKA_AUDIT_SPARK_MAX_FINAL_WAIT_MS", "0")
 
 
 @pytest.fixture(scope="session")

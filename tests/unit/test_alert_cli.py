@@ -37,6 +37,7 @@ def test_rules_json_applies_overrides():
         "KafkaAuditPredictionDrift",
         "KafkaAuditAuditLag",
         "KafkaAuditUnauditedProducers",
+        "KafkaAuditUnauditedTraffic",
     ]
     assert rules["KafkaAuditGammaBelowTarget"]["fire_after"].startswith("3 bad")
     assert rules["KafkaAuditCompletenessBelowTarget"]["threshold"] == "99.9000%"

@@ -69,9 +69,20 @@ class FakeInner:
         self.sent: list[Delivered] = []
         self.closed = self.purged = False
 
-    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1, **kw: Any) -> None:
-        msg = Delivered(topic, value, kw.get("timestamp", 0), kw.get("headers") or [])
-        self.pending.append((msg, kw.get("on_delivery") or self.on_delivery))
+    def produce(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        callback: Any = None,
+        on_delivery: Any = None,
+        timestamp: int = 0,
+        headers: Any = None,
+    ) -> None:
+        """confluent-kafka's positional slots; a per-message callback replaces the config's."""
+        msg = Delivered(topic, value, timestamp, headers or [])
+        self.pending.append((msg, callback or on_delivery or self.on_delivery))
         self.sent.append(msg)
 
     def deliver(self, n: int | None = None, err: Any = None) -> None:

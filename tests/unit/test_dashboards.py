@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from dashboards.brokers import UID as BROKERS_UID
 from dashboards.build import DATASOURCE_UID, build, dashboards, iter_queries
+from dashboards.completeness import TIER_VIEW_PANELS
 from dashboards.push import GrafanaAuthError, GrafanaPushError, push, safe_url
 from kafka_audit.cli import app
 from kafka_plumbing.errors import ConfigError
@@ -56,6 +57,15 @@ CONTRACT_METRICS = {
     "kafka_audit_retrain_runs_total",
     "kafka_audit_control_decisions_total",
     "kafka_audit_control_kill_switch",
+    "kafka_audit_messages_received_total",
+    "kafka_audit_messages_unaudited_total",
+    "kafka_audit_unaudited_ratio",
+    "kafka_audit_producers",
+    "kafka_audit_final_wait_seconds",
+    "kafka_audit_tier_completeness_ratio",
+    "kafka_audit_tier_lag_seconds",
+    "kafka_audit_tier_behind_messages",
+    "kafka_audit_tier_duplicates_added_total",
 }
 ALERT_NAMES = {
     "KafkaAuditCompletenessBelowTarget",
@@ -63,6 +73,7 @@ ALERT_NAMES = {
     "KafkaAuditPredictionDrift",
     "KafkaAuditAuditLag",
     "KafkaAuditUnauditedProducers",
+    "KafkaAuditUnauditedTraffic",
 }
 PROMTOOL = "/usr/bin/promtool"
 
@@ -130,6 +141,12 @@ def test_every_query_uses_only_contract_metrics(models):
         "kafka_audit_gamma_target",
         "kafka_audit_last_final_window_end_seconds",
         "kafka_audit_unaudited_producers",
+        "kafka_audit_messages_unaudited_total",
+        "kafka_audit_unaudited_ratio",
+        "kafka_audit_final_wait_seconds",
+        "kafka_audit_tier_completeness_ratio",
+        "kafka_audit_tier_lag_seconds",
+        "kafka_audit_tier_behind_messages",
         "kafka_audit_alerts_firing",
         "kafka_audit_producer_info",
         "kafka_audit_producer_rtt_seconds",
@@ -160,8 +177,11 @@ def test_completeness_variables_derive_cluster_from_tier(models):
     for name in ("cluster", "topic", "tier"):
         assert variables[name]["multi"] and variables[name]["includeAll"]
         assert variables[name]["allValue"] == ".*"
-    # Every per-(topic, tier) query filters by all three variables.
+    # Every per-(topic, tier) query filters by all three variables; the tier view shows every tier.
     for q in iter_queries(model):
+        if q.panel in TIER_VIEW_PANELS:
+            assert 'topic=~"$topic"' in q.expr and "$tier" not in q.expr, q
+            continue
         if "{" in q.expr and "tier" in q.expr and not q.annotation:
             assert "$topic" in q.expr and "$tier" in q.expr and "cluster:$cluster" in q.expr, q
 
@@ -291,7 +311,7 @@ def test_promtool_checks_the_rules_and_the_build_output(tmp_path):
     for rules in (packaged, *built):
         done = _promtool("check", "rules", str(rules))
         assert done.returncode == 0, done.stdout + done.stderr
-        assert "SUCCESS: 5 rules found" in done.stdout
+        assert "SUCCESS: 6 rules found" in done.stdout
     names = {r["alert"] for g in yaml.safe_load(packaged.read_text())["groups"] for r in g["rules"]}
     assert names == ALERT_NAMES
 
