@@ -30,8 +30,9 @@ import logging
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
+from struct import Struct
 from time import time_ns as _time_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -48,28 +49,62 @@ from audit_record.stamp import (
     SEQUENCE_BYTEORDER,
     SEQUENCE_BYTES,
     STAMP_HEADER,
-    MalformedStampError,
     encode_prefix,
     new_producer_id,
-    stamp_of,
 )
-from audit_record.stamp import decode as decode_stamp
 from kafka_plumbing.errors import ConfigError
 from kafka_plumbing.security import client_config
 from kafka_plumbing.topics import AUDIT_TOPIC_CONFIG, connection_config, ensure_topic
 
 log = logging.getLogger(__name__)
 
-# Indices into the per-window count list (a list, not an object: this is the per-message hot path).
-_SENT, _ACKED, _FAILED, _BYTES, _FIRST_SEQ, _LAST_SEQ, _LAST_PRODUCE_MS, _DIRTY = range(8)
+# Indices into the per-window count list (a list, not an object: this is the per-message hot path). The
+# last three hold the window's delivery-report callbacks (see "The hot path" in AuditedProducer).
+(
+    _SENT,
+    _ACKED,
+    _FAILED,
+    _BYTES,
+    _FIRST_SEQ,
+    _LAST_SEQ,
+    _LAST_PRODUCE_MS,
+    _DIRTY,
+    _COUNT_CB,
+    _REPORT_CB,
+    _CB_GENERATION,
+) = range(11)
+_NO_WINDOW = -(1 << 62)  # the hot window's end when there is none: no clock reading falls before it
 _SETTLE_MARGIN_MS = 2_000
 _CHECK_POLL_MS = 100  # while the audit topic check runs, look for its result this often, ms
 _CHECK_RETRY_MS = 5_000  # after a failed background check, start the next one this much later, ms
 _CALLBACK_KEYS = ("on_delivery", "delivery.report.cb", "dr_cb", "dr_msg_cb")
 _RECONFIGURE_TICK_MS = 250  # with autotune: look for a handed-over configuration this often, ms
 _NEVER = 1 << 62  # a tick time that never comes, ms
+if (SEQUENCE_BYTES, SEQUENCE_BYTEORDER) != (8, "big"):  # pragma: no cover - the stamp's definition
+    raise ImportError("the stamp packing below assumes an 8-byte big-endian sequence number")
+_SEQUENCE_FORMAT = "Q"  # struct: unsigned 8 bytes, big-endian with ">"
 CONFIG_MARKER = "#config-"
 """Source suffix of a window's extra configuration snapshots (``<client.id>#config-<n>``, n = 1, 2, ...)."""
+
+
+def _chain(
+    count: Callable[[KafkaError | None, Message], None], callback: Callable[..., None]
+) -> Callable[[KafkaError | None, Message], None]:
+    """Return a delivery callback that counts the report, then calls the caller's per-call callback."""
+
+    def report(err: KafkaError | None, msg: Message) -> None:
+        count(err, msg)
+        callback(err, msg)
+
+    return report
+
+
+def _close_client(producer: Any) -> None:
+    """Close a librdkafka producer; purge first what the flushes before left (close() flushes forever)."""
+    if len(producer):
+        producer.purge(in_queue=True, in_flight=True, blocking=False)
+        producer.poll(0)
+    producer.close()
 
 
 class AuditedProducer:
@@ -110,6 +145,70 @@ class AuditedProducer:
             a reliability setting has an invalid value (the message names the key), or ``autotune`` is
             combined with ``transactional.id`` (a swap would fence the running transaction).
     """
+
+    # Slots, not a __dict__: an instance with more than 30 attributes gets a real dict, and CPython 3.11
+    # then specialises no LOAD_METHOD on it, so every caller's p.produce(...) would take the generic
+    # lookup. A new attribute must be named here.
+    __slots__ = (
+        "__weakref__",
+        "_audit_producer",
+        "_autotune",
+        "_base_config",
+        "_check_error",
+        "_check_lock",
+        "_check_retry_ms",
+        "_check_thread",
+        "_checked",
+        "_closed",
+        "_conn",
+        "_draining",
+        "_errors_only",
+        "_follower",
+        "_generation",
+        "_hints",
+        "_history",
+        "_hot_bytes",
+        "_hot_end",
+        "_hot_hi",
+        "_hot_lo",
+        "_hot_report",
+        "_hot_seq",
+        "_hot_start",
+        "_hot_topic",
+        "_hot_w",
+        "_incoming",
+        "_network",
+        "_network_base",
+        "_next_reconfigure_ms",
+        "_next_snapshot_ms",
+        "_on_hints",
+        "_on_reconfigure",
+        "_pending",
+        "_prefix",
+        "_previous",
+        "_probation",
+        "_produce",
+        "_producer",
+        "_seq",
+        "_slot_lock",
+        "_stamp",
+        "_stats_token",
+        "_tcp",
+        "_tick_at",
+        "_user_dr",
+        "_user_stats_cb",
+        "_version",
+        "_window_ms",
+        "_windows",
+        "audit_delivery_failures",
+        "client_id",
+        "config_events",
+        "group",
+        "producer_id",
+        "reliability",
+        "settings",
+        "snapshots_sent",
+    )
 
     def __init__(
         self,
@@ -166,9 +265,24 @@ class AuditedProducer:
         self._check_retry_ms = 0
 
         self._prefix = encode_prefix(self.producer_id)
+        # audit_record.stamp.encode in one C call: (prefix, sequence) -> prefix + 8-byte big-endian sequence
+        self._stamp = Struct(f">{len(self._prefix)}s{_SEQUENCE_FORMAT}").pack
         self._seq = 0
         self._window_ms = self.settings.window_ms
-        self._windows: dict[tuple[str, int], list[int]] = {}
+        self._windows: dict[tuple[str, int], list[Any]] = {}
+        # The hot window (see "The hot path" below): the (topic, window) of the last message produced,
+        # with the counts not yet added to its list.
+        self._hot_w: list[Any] | None = None
+        self._hot_topic: str | None = None
+        self._hot_start = 0
+        self._hot_end = _NO_WINDOW
+        self._hot_lo = _NEVER  # produce() takes the fast path while _hot_lo <= now < _hot_hi
+        self._hot_hi = _NO_WINDOW
+        self._hot_seq = 0  # _seq when the hot window's counts were last added to its list
+        self._hot_bytes = 0  # value bytes produced into the hot window since then
+        self._hot_report: Callable[[KafkaError | None, Message], None] | None = None
+        self._generation = 1  # first sequence number of the running inner producer
+        self._tick_at = 0
         self._network = NetworkStats()
         # Cumulative tx_retries, request_timeouts, tx_errors of the inner producers replaced so far:
         self._network_base = (0, 0, 0)
@@ -179,9 +293,6 @@ class AuditedProducer:
         self._next_reconfigure_ms = 0 if self._autotune else _NEVER
         self._closed = False
         self._produce = self._producer.produce
-        self._last_topic: str | None = None
-        self._last_start = -1
-        self._last_window: list[int] = []
         self.snapshots_sent = 0
         self.audit_delivery_failures = 0
 
@@ -203,6 +314,36 @@ class AuditedProducer:
         """Configuration events so far by kind: ``applied``, ``rejected``, ``rolled_back``."""
 
     # ------------------------------------------------------------------ the caller's API
+    # The hot path. produce() costs what CPython makes it cost, so it does as little as it can; every
+    # trick keeps the counts exactly those of counting each message at once (a property test compares
+    # them with that plain reference: tests/unit/test_hot_path_properties.py).
+    #
+    # * Positional call of the inner produce: confluent-kafka parses keywords by name, about 0.04 us per
+    #   keyword slot before the one given, so timestamp= and headers= by keyword cost more than the
+    #   header itself. Its positional slots are (topic, value, key, partition, callback, on_delivery,
+    #   timestamp, headers); a callback goes in the 5th (``None`` there would also disable the 6th).
+    # * The hot window: the (topic, window) bucket of the last message produced is cached with the
+    #   interval of clock readings ``[_hot_lo, _hot_hi)`` in which a message without a timestamp of its
+    #   own belongs to it: from its window start to the earlier of its window end and the next tick.
+    #   One clock reading per message gives both the CreateTime (set explicitly, so the window counted
+    #   is the window of the CreateTime the consumer reads, whatever the clock does) and, with one
+    #   chained comparison, the bucket and whether a tick is due; no modulo, no dict lookup. Anything
+    #   else (another topic, a timestamp, headers, a per-call callback, the clock past the window end or
+    #   the tick) takes _produce_slow, which also makes its message's bucket the hot one.
+    # * Counts added per window, not per message: the messages produced since the hot window was
+    #   entered or last flushed are ``_seq - _hot_seq`` (every message produced goes to the hot window,
+    #   so they are consecutive and the last one is ``_seq``); only the value bytes are added up per
+    #   message. _flush_hot adds them to the window's list when the hot window changes and at every
+    #   tick, before anything reads the lists. ``_LAST_PRODUCE_MS`` becomes the flush time, at most a
+    #   snapshot interval later than the last produce: errors-only windows settle no earlier than before.
+    # * The stamp in one C call (a ``struct`` format with the producer id prefix), the sequence number
+    #   committed only after the inner produce returned: BufferError (or any error) uses none up and
+    #   counts nothing.
+    # * Delivery reports need no lookup: each (window, inner producer) has its own callback, bound to the
+    #   window's list, passed with every message (librdkafka keeps one per message anyway). A report
+    #   adds 1 to acknowledged or failed of that list; it reads neither the message's timestamp nor its
+    #   topic (a failed report has no timestamp: librdkafka gives -1) nor its headers (None in reports).
+    #   With delivery_reports="errors" librdkafka calls it for failures only.
     def produce(
         self,
         topic: str,
@@ -212,61 +353,128 @@ class AuditedProducer:
         on_delivery: Callable[..., None] | None = None,
         timestamp: int = 0,
         headers: Any = None,
-        **kwargs: Any,
+        callback: Callable[..., None] | None = None,
     ) -> None:
         """Produce one message, stamped and counted; same arguments as ``confluent_kafka.Producer.produce``.
 
         ``timestamp`` is CreateTime in ms since the Unix epoch UTC (0 = now). The stamp header goes first,
-        before the caller's ``headers`` (list of tuples or dict).
+        before the caller's ``headers`` (list of tuples or dict). ``callback`` is an alias of
+        ``on_delivery``, as in confluent-kafka (pass it by keyword; it is not keyword-only here because
+        CPython looks keyword-only defaults up in a dict on every call).
 
         Raises:
             BufferError: if the local queue is full (nothing is counted; poll and retry, as usual).
             ConfigError: if a per-call ``on_delivery`` is given in ``delivery_reports="errors"`` mode.
             KafkaException: as ``confluent_kafka.Producer.produce``.
         """
-        callback = on_delivery or kwargs.pop("callback", None)
         now = _time_ns() // 1_000_000
+        if (
+            self._hot_lo <= now < self._hot_hi
+            and topic == self._hot_topic
+            and not timestamp
+            and headers is None
+            and on_delivery is None
+            and callback is None
+        ):
+            seq = self._seq + 1
+            # Callables held in instance attributes are called through locals: CPython 3.11 specialises
+            # LOAD_ATTR for them, but not the LOAD_METHOD that self._produce(...) would compile to.
+            stamp, produce = self._stamp, self._produce
+            produce(
+                topic,
+                value,
+                key,
+                partition,
+                self._hot_report,
+                None,
+                now,
+                [(STAMP_HEADER, stamp(self._prefix, seq))],
+            )
+            self._seq = seq
+            if value is not None:
+                self._hot_bytes += len(value)
+            return
+        self._produce_slow(topic, value, key, partition, on_delivery or callback, timestamp, headers, now)
+
+    def _produce_slow(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: int,
+        callback: Callable[..., None] | None,
+        timestamp: int,
+        headers: Any,
+        now: int,
+    ) -> None:
+        """produce() for every message the fast path does not take; makes its window the hot one."""
+        if callback is not None and self._errors_only:
+            raise ConfigError("per-call on_delivery needs delivery_reports='all' (allowed: 'all', 'errors')")
         ts = timestamp or now
+        start = ts - ts % self._window_ms  # audit_record.windows.window_start, inlined
         seq = self._seq + 1
-        stamp = self._prefix + seq.to_bytes(SEQUENCE_BYTES, SEQUENCE_BYTEORDER)  # audit_record.stamp.encode
+        hot = start == self._hot_start and topic == self._hot_topic
+        known = w = self._hot_w
+        if not hot or w is None:
+            hot = False
+            known = self._windows.get((topic, start))
+            w = known if known is not None else [0, 0, 0, 0, seq, seq, now, 0, None, None, 0]
+            self._bind_reports(w)
+        stamp = self._stamp(self._prefix, seq)
         if headers is None:
             hdrs: list[tuple[str, Any]] = [(STAMP_HEADER, stamp)]
         elif isinstance(headers, dict):
             hdrs = [(STAMP_HEADER, stamp), *headers.items()]
         else:
             hdrs = [(STAMP_HEADER, stamp), *headers]
-        if callback is None:
-            self._produce(topic, value, key, partition, timestamp=ts, headers=hdrs, **kwargs)
-        elif self._errors_only:
-            raise ConfigError("per-call on_delivery needs delivery_reports='all' (allowed: 'all', 'errors')")
-        else:
-            self._produce(
-                topic,
-                value,
-                key,
-                partition,
-                on_delivery=self._wrap(callback),
-                timestamp=ts,
-                headers=hdrs,
-                **kwargs,
-            )
+        report = w[_REPORT_CB] if callback is None else _chain(w[_COUNT_CB], callback)
+        self._produce(topic, value, key, partition, report, None, ts, hdrs)
+        if not hot:  # the message is out: its window becomes the hot one (a new one is kept from now on)
+            self._flush_hot(now)
+            if known is None:
+                self._windows[(topic, start)] = w
+            self._hot_w, self._hot_topic, self._hot_start = w, topic, start
+            self._hot_report = w[_REPORT_CB]
+            self._hot_seq, self._hot_bytes = self._seq, 0
+            self._hot_lo, self._hot_end = start, start + self._window_ms
+            self._hot_hi = min(self._hot_end, self._tick_at)
         self._seq = seq
-        start = ts - ts % self._window_ms  # audit_record.windows.window_start, inlined
-        if start == self._last_start and topic == self._last_topic:
-            w = self._last_window
-        else:
-            w = self._windows.get((topic, start))
-            if w is None:
-                w = self._windows[(topic, start)] = [0, 0, 0, 0, seq, seq, 0, 1]
-            self._last_topic, self._last_start, self._last_window = topic, start, w
-        w[0] += 1  # _SENT
         if value is not None:
-            w[3] += len(value)  # _BYTES
-        w[5] = seq  # _LAST_SEQ
-        w[6] = now  # _LAST_PRODUCE_MS
-        w[7] = 1  # _DIRTY
-        if now >= self._next_tick_ms:
+            self._hot_bytes += len(value)
+        if now >= self._tick_at:
             self._due(now)
+
+    def _flush_hot(self, now: int) -> None:
+        """Add the hot window's counts since the last flush to its list (before anything reads it)."""
+        w = self._hot_w
+        n = self._seq - self._hot_seq
+        if w is None or n == 0:
+            return
+        w[_SENT] += n
+        w[_BYTES] += self._hot_bytes
+        w[_LAST_SEQ] = self._seq  # the last message produced is the hot window's (see "The hot path")
+        if now > w[_LAST_PRODUCE_MS]:
+            w[_LAST_PRODUCE_MS] = now
+        w[_DIRTY] = 1
+        self._hot_seq, self._hot_bytes = self._seq, 0
+
+    def _drop_hot(self, now: int) -> None:
+        """Flush the hot window and forget it: the next produce() takes the slow path."""
+        self._flush_hot(now)
+        self._hot_w = self._hot_topic = self._hot_report = None
+        self._hot_lo, self._hot_end, self._hot_hi = _NEVER, _NO_WINDOW, _NO_WINDOW
+
+    @property
+    def _next_tick_ms(self) -> int:
+        """produce() and poll() call _due() from this time on, ms: min(next snapshot, next reconfigure)."""
+        return self._tick_at
+
+    @_next_tick_ms.setter
+    def _next_tick_ms(self, ms: int) -> None:
+        # Any thread (the autotune follower sets 0 to wake the caller's thread); the fast path reads only
+        # _hot_hi, so it is kept at min(hot window end, tick time) with every change of the tick time.
+        self._tick_at = ms
+        self._hot_hi = ms if ms < self._hot_end else self._hot_end
 
     @property
     def last_sequence(self) -> int:
@@ -350,8 +558,10 @@ class AuditedProducer:
         """Return the messages queued or in flight, replaced inner producers included."""
         return len(self._producer) + (self._draining.in_flight() if self._draining else 0)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._producer, name)
+    if TYPE_CHECKING:  # for type checkers only: at run time the methods below forward (no __getattr__)
+
+        def __getattr__(self, name: str) -> Any:
+            """Any other ``confluent_kafka.Producer`` method, forwarded to the running inner producer."""
 
     def __enter__(self) -> AuditedProducer:
         return self
@@ -363,7 +573,8 @@ class AuditedProducer:
         """Flush data, then send final snapshots of every window and flush the audit producer.
 
         Windows still open are closed as final: this producer sends nothing more. Idempotent. The clients
-        are closed even if it raises.
+        are closed even if it raises; what they still hold after the flushes is purged first
+        (``confluent_kafka.Producer.close`` would otherwise wait for it without a deadline).
 
         Args:
             timeout_s: Deadline of each flush (and of the audit topic check if it has not run yet), s.
@@ -391,35 +602,82 @@ class AuditedProducer:
                 pending, self._pending = self._pending, None
             if pending is not None and pending.producer is not None:
                 pending.producer.close()
-            self._audit_producer.close()
-            self._producer.close()
+            _close_client(self._audit_producer)
+            _close_client(self._producer)
 
     # ------------------------------------------------------------------ delivery reports and stats
-    def _count_report(self, err: KafkaError | None, msg: Message) -> None:
-        ts = msg.timestamp()[1]
-        w = self._windows.get((msg.topic(), ts - ts % self._window_ms))
-        if err is None:
-            if w is not None:  # None only for a window force-closed by close() after its timeout
+    def _bind_reports(self, w: list[Any]) -> None:
+        """Give window ``w`` its delivery-report callbacks for the running inner producer (if not yet)."""
+        if w[_CB_GENERATION] == self._generation:
+            return
+        w[_COUNT_CB] = count = self._counter(w, self._generation, None)
+        w[_REPORT_CB] = count if self._user_dr is None else self._counter(w, self._generation, self._user_dr)
+        w[_CB_GENERATION] = self._generation
+
+    def _counter(
+        self,
+        w: list[Any],
+        generation: int,
+        then: Callable[[KafkaError | None, Message], None] | None,
+    ) -> Callable[[KafkaError | None, Message], None]:
+        """Return the delivery callback of window ``w``'s messages: count the report in ``w``, then ``then``.
+
+        ``generation`` is the first sequence number of the inner producer the messages are given to.
+        """
+        failed = self._count_failure
+        if then is None:
+
+            def count(err: KafkaError | None, msg: Message) -> None:
+                if err is None:
+                    w[_ACKED] += 1
+                    w[_DIRTY] = 1
+                else:
+                    failed(w, generation, err)
+
+            return count
+
+        def count_then(err: KafkaError | None, msg: Message) -> None:
+            if err is None:
                 w[_ACKED] += 1
                 w[_DIRTY] = 1
-            return
-        if w is not None:
-            w[_FAILED] += 1
+            else:
+                failed(w, generation, err)
+            then(err, msg)
+
+        return count_then
+
+    def _count_failure(self, w: list[Any], generation: int, err: KafkaError) -> None:
+        """Count a failed delivery in ``w``; judge the configuration on probation by it.
+
+        ``generation`` is the first sequence number given to the inner producer that failed the message,
+        a lower bound of its own: at least the probation's first sequence number exactly when that
+        producer is the one on probation.
+        """
+        w[_FAILED] += 1
+        w[_DIRTY] = 1
+        probation = self._probation
+        if probation is not None:
+            probation.on_failure(generation, err)
+            if probation.rejected >= probation.reports:
+                self._wake()  # judged (and rolled back) on the caller's thread, outside librdkafka's callback
+
+    def _count_report(self, err: KafkaError | None, msg: Message) -> None:
+        """Count a report of a message produced without a callback of ours (none are): delivered ones only.
+
+        A failed report carries no timestamp (librdkafka gives -1), so it cannot be placed in a window;
+        produce() passes every message a window's own callback (:meth:`_counter`) instead.
+        """
+        ts = msg.timestamp()[1]
+        w = self._windows.get((msg.topic(), ts - ts % self._window_ms))
+        if err is None and w is not None:
+            w[_ACKED] += 1
             w[_DIRTY] = 1
-        if self._probation is not None:
-            self._probation_failure(err, msg)
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        """Count a report without our callback, pass it on (the inner producers' config ``on_delivery``)."""
         self._count_report(err, msg)
         if self._user_dr is not None:
             self._user_dr(err, msg)
-
-    def _wrap(self, callback: Callable[..., None]) -> Callable[[KafkaError | None, Message], None]:
-        def report(err: KafkaError | None, msg: Message) -> None:
-            self._count_report(err, msg)
-            callback(err, msg)
-
-        return report
 
     def _stats_callback(self, token: object) -> Callable[[str], None]:
         """Return the ``stats_cb`` of one inner producer: only the active one's statistics count."""
@@ -481,6 +739,7 @@ class AuditedProducer:
 
     def _tick(self, now: int, close_all: bool = False) -> None:
         """Emit snapshots of changed windows; close windows past end + grace whose messages are settled."""
+        self._flush_hot(now)
         self._next_snapshot_ms = now + self.settings.snapshot_interval_ms
         self._next_tick_ms = min(self._next_snapshot_ms, self._next_reconfigure_ms)
         self._producer.poll(0)
@@ -506,8 +765,8 @@ class AuditedProducer:
             w[_DIRTY] = 0
             if closing:
                 del self._windows[(topic, start)]
-                if self._last_window is w:
-                    self._last_topic, self._last_start = None, -1
+                if self._hot_w is w:
+                    self._drop_hot(now)
         if len(self._history) > 1:
             oldest = min((w[_FIRST_SEQ] for w in self._windows.values()), default=self._seq + 1)
             self._history.forget_before(oldest)
@@ -748,25 +1007,14 @@ class AuditedProducer:
             pinned=pinned,
         )
         reliability = dataclasses.replace(reliability, poll_interval_ms=old_config.poll_interval_ms)
+        self._drop_hot(now)  # the windows' messages get callbacks of the new generation from here on
+        self._generation = self._seq + 1
         self._producer, self._produce = producer, producer.produce
         self.reliability = reliability
         self._history.change(self._seq + 1, reliability)
         network = self._network
         self._network_base = (network.tx_retries, network.request_timeouts, network.tx_errors)
         self._stats_token = token
-
-    def _probation_failure(self, err: KafkaError, msg: Message) -> None:
-        """Count a failed delivery of the configuration on probation; wake the tick when it fails."""
-        probation = self._probation
-        if probation is None:
-            return
-        try:
-            sequence: int | None = decode_stamp(stamp_of(msg.headers()))[1]
-        except MalformedStampError:
-            sequence = None
-        probation.on_failure(sequence, err)
-        if probation.rejected >= probation.reports:
-            self._wake()  # judged (and rolled back) on the caller's thread, outside librdkafka's callback
 
     def _judge(self, now: int) -> None:
         probation = self._probation
@@ -855,5 +1103,25 @@ class AuditedProducer:
             except Exception:
                 log.exception("on_reconfigure callback failed")
 
+
+def _forward(name: str) -> Callable[..., Any]:
+    """Return a method that calls ``name`` of the running inner producer (looked up at each call)."""
+
+    def method(self: AuditedProducer, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self._producer, name)(*args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"``confluent_kafka.Producer.{name}`` of the running inner producer (unaudited)."
+    return method
+
+
+# The rest of confluent_kafka.Producer's methods forward to the inner producer. Not by __getattr__: a class
+# with __getattr__ gets a slot_tp_getattr_hook, and CPython then specialises no attribute access on its
+# instances, so every self._x on the hot path would take the generic lookup (about 1,000 machine
+# instructions per produce() in all, a third of a bare produce).
+for _name in dir(Producer):
+    if not _name.startswith("_") and not hasattr(AuditedProducer, _name):
+        setattr(AuditedProducer, _name, _forward(_name))
+del _name
 
 __all__ = ["AuditedProducer"]
