@@ -29,6 +29,7 @@ lint: bootstrap
 
 bench: bootstrap  ## benchmarks (not tests): print tables with ratios against baselines
 	$(PY) bench/audit_consumer.py
+	$(PY) bench/producer.py
 	$(PY) bench/spark_reconciliation.py
 	$(PY) bench/retrain.py
 

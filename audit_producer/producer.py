@@ -334,8 +334,8 @@ class AuditedProducer:
     #   entered or last flushed are ``_seq - _hot_seq`` (every message produced goes to the hot window,
     #   so they are consecutive and the last one is ``_seq``); only the value bytes are added up per
     #   message. _flush_hot adds them to the window's list when the hot window changes and at every
-    #   tick, before anything reads the lists. ``_LAST_PRODUCE_MS`` becomes the flush time, at most a
-    #   snapshot interval later than the last produce: errors-only windows settle no earlier than before.
+    #   tick, before anything reads the lists. ``_LAST_PRODUCE_MS`` becomes the flush time, never earlier
+    #   than the last produce: an errors-only window that still has messages held settles no earlier.
     # * The stamp in one C call (a ``struct`` format with the producer id prefix), the sequence number
     #   committed only after the inner produce returned: BufferError (or any error) uses none up and
     #   counts nothing.
@@ -418,7 +418,7 @@ class AuditedProducer:
         if not hot or w is None:
             hot = False
             known = self._windows.get((topic, start))
-            w = known if known is not None else [0, 0, 0, 0, seq, seq, now, 0, None, None, 0]
+            w = known if known is not None else [0, 0, 0, 0, seq, seq, now, 0, None, None, None]
             self._bind_reports(w)
         stamp = self._stamp(self._prefix, seq)
         if headers is None:
@@ -437,6 +437,8 @@ class AuditedProducer:
             self._hot_report = w[_REPORT_CB]
             self._hot_seq, self._hot_bytes = self._seq, 0
             self._hot_lo, self._hot_end = start, start + self._window_ms
+            # A wake from the follower thread between this read of _tick_at and the write may be missed by
+            # the fast path until the tick time read here (at most 250 ms away when autotuned).
             self._hot_hi = min(self._hot_end, self._tick_at)
         self._seq = seq
         if value is not None:
@@ -723,7 +725,7 @@ class AuditedProducer:
             raise exc
 
     # ------------------------------------------------------------------ snapshots
-    def _settled(self, w: list[int], now: int, held: int) -> bool:
+    def _settled(self, w: list[Any], now: int, held: int) -> bool:
         if not self._errors_only:
             return w[_ACKED] + w[_FAILED] >= w[_SENT]
         timeout = max(self.reliability.message_timeout_ms, self._draining.max_message_timeout_ms())
@@ -772,7 +774,7 @@ class AuditedProducer:
             self._history.forget_before(oldest)
         self._audit_producer.poll(0)
 
-    def _emit(self, topic: str, start: int, end: int, w: list[int], final: bool) -> None:
+    def _emit(self, topic: str, start: int, end: int, w: list[Any], final: bool) -> None:
         """Send the snapshot of one window, and one per extra configuration the window ran with.
 
         The window's configurations are those of its sequence numbers ``first_sequence..last_sequence``

@@ -48,6 +48,9 @@ class Delivered:
     def value(self) -> Any:
         return self._value
 
+    def key(self) -> Any:
+        return None
+
     def timestamp(self) -> tuple[int, int]:
         return (1, self._ts)
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
+from confluent_kafka import KafkaError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +25,7 @@ import audit_producer.producer as producer_module
 from audit_consumer import counts
 from audit_consumer.counts import PartitionCounts, count_batch
 from audit_producer import AuditedProducer, ProducerAuditSettings
-from audit_record import window_bounds, window_start
+from audit_record import decode, window_bounds, window_start
 from audit_record.stamp import (
     SEQUENCE_BYTES,
     SEQUENCE_LIMIT,
@@ -168,40 +169,63 @@ def test_window_bounds_hold_the_timestamp(window_ms: int, data: st.DataObject) -
 
 # ---------------------------------------------------------------------------------------------- producer
 class FakeProducer:
-    """Records what the audited producer hands to librdkafka; never connects."""
+    """Records what the audited producer hands to librdkafka; never connects.
 
-    def __init__(self) -> None:
+    ``produce`` takes confluent-kafka's positional slots (topic, value, key, partition, callback,
+    on_delivery, timestamp, headers) and keeps each message with its delivery callback until the test
+    reports it (:meth:`report`); with ``keep=False`` (the audit producer) messages are delivered at once.
+    ``full`` makes the next produce() raise ``BufferError``, as a full queue.
+    """
+
+    def __init__(self, errors_only: bool = False, keep: bool = True) -> None:
         self.produced: list[dict[str, Any]] = []
+        self.pending: list[dict[str, Any]] = []
+        self.errors_only = errors_only
+        self.keep = keep
+        self.full = False
         self.closed = False
 
-    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1, **kw: Any) -> None:
-        self.produced.append({"topic": topic, "value": value, "key": key, **kw})
+    def produce(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        callback: Any = None,
+        on_delivery: Any = None,
+        timestamp: int = 0,
+        headers: Any = None,
+    ) -> None:
+        if self.full:
+            self.full = False
+            raise BufferError("Local: Queue full")
+        rec = {"topic": topic, "value": value, "key": key, "timestamp": timestamp, "headers": headers}
+        rec["callback"] = callback or on_delivery
+        self.produced.append(rec)
+        if self.keep:
+            self.pending.append(rec)
+
+    def report(self, index: int, err: Any) -> dict[str, Any]:
+        """Deliver (err None) or fail one pending message, as librdkafka's delivery report would."""
+        rec = self.pending.pop(index)
+        if rec["callback"] is not None and (err is not None or not self.errors_only):
+            rec["callback"](err, None)  # the callbacks read neither the message's timestamp nor topic
+        return rec
 
     def poll(self, timeout: float = 0) -> int:
         return 0
 
     def flush(self, timeout: float = -1) -> int:
-        return 0
+        return len(self.pending)
+
+    def purge(self, **kw: Any) -> None:
+        raise AssertionError("every message is reported before close")
 
     def __len__(self) -> int:
-        return 0
+        return len(self.pending)
 
     def close(self) -> None:
         self.closed = True
-
-
-@dataclass
-class Report:
-    """The two methods of a delivered ``confluent_kafka.Message`` the producer's report counting uses."""
-
-    topic_: str
-    ts: int
-
-    def topic(self) -> str:
-        return self.topic_
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, self.ts)
 
 
 def audited(
@@ -211,7 +235,7 @@ def audited(
     p = AuditedProducer({"bootstrap.servers": "127.0.0.1:9", "log_level": 0, "client.id": client_id}, audit)
     p._producer.close()
     p._audit_producer.close()
-    data, snapshots = FakeProducer(), FakeProducer()
+    data, snapshots = FakeProducer(audit.delivery_reports == "errors"), FakeProducer(keep=False)
     p._producer, p._produce, p._audit_producer = data, data.produce, snapshots
     return p, data, snapshots
 
@@ -259,6 +283,7 @@ def test_producer_stamps_windows_and_counts_agree_with_the_reference(
             sent[key] += 1
             size[key] += len(value) if value is not None else 0
             seqs[key].append(seq)
+        p._flush_hot(0)  # what every tick does first
         windows = p._windows
         assert set(windows) == set(sent)
         for key, w in windows.items():
@@ -266,10 +291,10 @@ def test_producer_stamps_windows_and_counts_agree_with_the_reference(
 
         acked: Counter[tuple[str, int]] = Counter()
         failed: Counter[tuple[str, int]] = Counter()
-        for (topic, _, _, _, report), rec in zip(calls, data.produced, strict=True):
+        for (topic, _, _, _, report), rec in zip(calls, list(data.produced), strict=True):
             if report is None:
                 continue
-            p._on_delivery(object() if report else None, Report(topic, rec["timestamp"]))
+            data.report(data.pending.index(rec), object() if report else None)
             key = (topic, window_start(rec["timestamp"], window_ms))
             (failed if report else acked)[key] += 1
         for key, w in windows.items():
@@ -280,8 +305,148 @@ def test_producer_stamps_windows_and_counts_agree_with_the_reference(
             p._check_thread.join(10)
         assert ensure.call_count == (1 if calls else 0)
         p._windows.clear()  # nothing to send on close
+        data.pending.clear()
         p.close(timeout_s=0)
     assert data.closed and snapshots.closed
+
+
+# A plain reference for the hot path: every message counted at once, by the window of the CreateTime the
+# fake librdkafka was given, and every delivery report counted in the window of its message.
+class Clock:
+    """The producer's wall clock (``time.time_ns`` and ``now_ms``), moved by the test."""
+
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def time_ns(self) -> int:
+        return self.ms * 1_000_000 + 654_321  # ns within the ms: the producer must floor them
+
+    def now_ms(self) -> int:
+        return self.ms
+
+
+produce_op = st.tuples(  # produce: topic, own timestamp (None: now), value, headers, queue full
+    st.just("produce"),
+    st.sampled_from(["a", "a", "a", "b"]),  # mostly one topic: the fast path's case
+    st.sampled_from([None] * 5 + [-3, -1, 0, 1, 2]),  # an own timestamp: in windows around the clock's
+    st.none() | st.binary(max_size=7),
+    st.integers(0, 4).map(lambda n: n == 0),
+    st.integers(0, 4).map(lambda n: n == 0),
+)
+clock_op = st.tuples(  # move the clock by whole windows and a few ms, forwards or backwards
+    st.just("clock"), st.sampled_from([0, 0, 0, 1, 1, -1, 3, -3]), st.sampled_from([-1, 0, 1, 2, 5])
+)
+ops = st.lists(
+    st.one_of(
+        produce_op,
+        produce_op,
+        produce_op,
+        clock_op,
+        st.tuples(st.just("report"), st.integers(0, 10**6), st.booleans()),  # deliver (False) / fail (True)
+        st.tuples(st.just("poll")),  # the caller's poll: ticks when due
+        st.tuples(st.just("swap")),  # an autotune swap: new messages to a new inner producer
+    ),
+    max_size=80,
+)
+
+
+@settings(PROPERTY, max_examples=400)
+@given(
+    st.sampled_from([1, 3, 10, 1_000, 60_000]),
+    st.sampled_from([1, 2, 4, 50]),
+    st.sampled_from(["all", "errors"]),
+    st.integers(10**6, 1_800_000_000_000),  # CreateTimes stay positive: snapshots have no negative windows
+    ops,
+)
+def test_hot_path_counts_equal_counting_each_message_at_once(
+    window_ms: int, interval_ms: int, mode: str, start_ms: int, steps: list
+) -> None:
+    """Random produce / BufferError / clock / delivery report / tick / swap sequences across windows."""
+    clock = Clock(start_ms)
+    audit = ProducerAuditSettings(
+        window_ms=window_ms, snapshot_interval_ms=interval_ms, grace_ms=10**12, delivery_reports=mode
+    )
+    with (
+        mock.patch.object(producer_module, "_time_ns", clock.time_ns),
+        mock.patch.object(producer_module, "now_ms", clock.now_ms),
+        mock.patch.object(producer_module, "ensure_topic", lambda *a, **k: None),
+    ):
+        p, data, snapshots = audited(audit)
+        p.check()
+        inners = [data]
+        messages: list[dict[str, Any]] = []  # the reference: every message accepted, in order
+        for step in steps:
+            if step[0] == "produce":
+                _, topic, own, value, with_headers, full = step
+                ts = 0 if own is None else (clock.ms // window_ms + own) * window_ms + own % 2
+                inner = inners[-1]
+                inner.full = full
+                before = p.last_sequence
+                try:
+                    p.produce(topic, value, timestamp=ts, headers=[("h", b"1")] if with_headers else None)
+                except BufferError:
+                    assert full and p.last_sequence == before  # no sequence number used up
+                    continue
+                assert not full
+                rec = inner.produced[-1]
+                assert rec["timestamp"] == (ts or clock.ms)  # CreateTime: own, else the clock's ms
+                seq = before + 1
+                assert p.last_sequence == seq
+                assert rec["headers"][0] == (STAMP_HEADER, encode(p.producer_id, seq))
+                assert p._next_tick_ms > clock.ms  # a produce() at or after the tick time ran the tick
+                assert rec["headers"][1:] == ([("h", b"1")] if with_headers else [])
+                messages.append(
+                    {"rec": rec, "seq": seq, "window": (topic, window_start(rec["timestamp"], window_ms))}
+                )
+            elif step[0] == "clock":
+                _, windows_ahead, ms = step
+                clock.ms = max(clock.ms + windows_ahead * window_ms + ms, 10**6)  # backwards too
+            elif step[0] == "report":
+                _, pick, fail = step
+                held = [(inner, i) for inner in inners for i in range(len(inner.pending))]
+                if held:
+                    inner, i = held[pick % len(held)]
+                    rec = inner.report(i, KafkaError(KafkaError._MSG_TIMED_OUT) if fail else None)
+                    next(m for m in messages if m["rec"] is rec)["report"] = "failed" if fail else "acked"
+            elif step[0] == "poll":
+                p.poll(0)
+            else:
+                new = FakeProducer(mode == "errors")
+                p._swap(new, p.reliability, object(), clock.ms, pinned=False)
+                inners.append(new)
+            # After any step: the window lists, flushed as every tick does first, hold the reference counts.
+            p._flush_hot(clock.ms)
+            expected: dict[tuple[str, int], list[int]] = {}
+            for m in messages:
+                e = expected.setdefault(m["window"], [0, 0, 0, 0, m["seq"], m["seq"]])
+                e[0] += 1
+                e[1] += m.get("report") == "acked"
+                e[2] += m.get("report") == "failed"
+                e[3] += len(m["rec"]["value"] or b"")
+                e[5] = m["seq"]
+            got = {k: [w[0], w[1], w[2], w[3], w[4], w[5]] for k, w in p._windows.items()}
+            if mode == "errors":  # acknowledged is derived at ticks, not counted
+                for k in got:
+                    got[k][1] = expected[k][1] = 0
+            assert got == expected
+
+        for inner in inners:  # everything reported, then closed: the final snapshots say it all
+            while inner.pending:
+                rec = inner.report(0, None)
+                next(m for m in messages if m["rec"] is rec).setdefault("report", "acked")
+        p.close(timeout_s=0)
+        final = {
+            (r.topic, r.window_start_ms): r
+            for r in map(decode, (m["value"] for m in snapshots.produced))
+            if r.final
+        }
+        assert set(final) == {m["window"] for m in messages}
+        for key, r in final.items():
+            mine = [m for m in messages if m["window"] == key]
+            failed = sum(m["report"] == "failed" for m in mine)
+            assert (r.sent, r.failed, r.acknowledged) == (len(mine), failed, len(mine) - failed)
+            assert r.bytes == sum(len(m["rec"]["value"] or b"") for m in mine)
+            assert (r.first_sequence, r.last_sequence) == (mine[0]["seq"], mine[-1]["seq"])
 
 
 # ---------------------------------------------------------------------------------------------- consumer

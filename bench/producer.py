@@ -1,0 +1,400 @@
+"""Benchmark (not a test): what the audit costs a producer, per message, against bare confluent-kafka.
+
+Workloads:
+  * 100-byte: the same 100-byte value in every message.
+  * JSON web-log: per message, ``json.dumps(record).encode()`` of one of 1,024 web-server access records
+    with 8 fields (ip, ts, method, path, status, bytes, ref, ua: the ``weblog`` workload profile's lines,
+    ~250 bytes), then produce: a realistic producer, whose own work per message dilutes the audit's.
+Producers, each ``produce(topic, value)`` in a loop with ``poll(0)`` every 1,000 messages, ``flush()``:
+  * bare ``confluent_kafka.Producer`` (the baseline)
+  * floor: bare, inline, with what any per-message stamp needs (clock reading, stamp bytes, one-header
+    list, timestamp and headers passed positionally); no wrapper, no counting
+  * ``AuditedProducer``, ``delivery_reports="errors"`` (librdkafka reports failures only)
+  * ``AuditedProducer``, ``delivery_reports="all"`` (a Python delivery callback per message)
+
+Against a local one-broker cluster that the script starts (3-partition topic, ``linger.ms`` 5). Every
+producer connects and fetches the topic's metadata before its clock starts. The runs interleave, ABAB:
+every run of the others is between two bare runs (B X B Y B Z B per workload and round; the order of
+X, Y, Z rotates per round), and its ratio and added microseconds per message are taken against the mean
+cost per message of those two neighbours, so load from other processes, which drifts over seconds,
+shifts both sides of a ratio alike. Each cell is the median over ``--repeats`` rounds (at least 3).
+"CPU us/msg" is the process's CPU time (every thread: Python and librdkafka; the broker runs in its own
+JVM) per message, median.
+
+``--no-broker``: the per-call CPU time of the calling thread (``time.thread_time``) with no broker: each
+producer's bootstrap is unreachable and its queue large enough to hold every message, purged after the
+run (the audit topic check is skipped). No network, no delivery reports: the quick way to iterate on the
+hot path. The CPU ratio is a throughput proxy; end-to-end ratios run higher (librdkafka's threads and
+the broker take their share of the bare run's time).
+
+Usage: python bench/producer.py [--messages N] [--json-messages N] [--repeats R] [--no-broker]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as `python bench/producer.py`, this file's folder would shadow the project's packages.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import statistics
+import struct
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import Any
+
+from confluent_kafka import Producer
+from rich.console import Console
+from rich.table import Table
+
+import audit_producer.producer as producer_module
+from audit_producer import AuditedProducer, ProducerAuditSettings
+from audit_producer.workloads import message_pool
+from audit_record.stamp import STAMP_HEADER, encode_prefix, new_producer_id
+from kafka_plumbing.local_cluster import KafkaCluster
+from kafka_plumbing.topics import ensure_topic
+
+VALUE = b"x" * 100
+POOL = 1024
+PRODUCERS = (
+    "bare confluent_kafka.Producer",
+    "floor: + stamp header and timestamp, inline",
+    "AuditedProducer, delivery_reports=errors",
+    "AuditedProducer, delivery_reports=all",
+)
+BARE, FLOOR, ERRORS, ALL = PRODUCERS
+TARGETS = {("100-byte", ERRORS): 0.55, ("JSON web-log", ERRORS): 0.80}  # issue 17's acceptance
+UNREACHABLE = "127.0.0.1:9"
+OFFLINE = {
+    "bootstrap.servers": UNREACHABLE,
+    "log_level": 0,
+    "queue.buffering.max.messages": 2_000_000,
+    "queue.buffering.max.kbytes": 2_000_000,
+    "message.timeout.ms": 0,  # infinite: nothing times out during the run
+}
+_LINE = re.compile(r'^(\S+) \S+ \S+ \[([^]]+)] "(\S+) (\S+) [^"]*" (\d+) (\d+) "([^"]*)" "([^"]*)"$')
+
+
+def weblog_records(n: int = POOL) -> list[dict[str, Any]]:
+    """Return ``n`` web-server access records (8 fields each) parsed from the weblog profile's lines."""
+    out = []
+    for line in message_pool("weblog", n, seed=17):
+        m = _LINE.match(line.decode())
+        assert m is not None, line
+        ip, ts, method, path, status, size, referrer, agent = m.groups()
+        when = datetime.strptime(ts, "%d/%b/%Y:%H:%M:%S %z")
+        out.append(
+            {
+                "ip": ip,
+                "ts": int(when.timestamp() * 1000),
+                "method": method,
+                "path": path,
+                "status": int(status),
+                "bytes": int(size),
+                "ref": referrer,
+                "ua": agent,
+            }
+        )
+    return out
+
+
+RECORDS = weblog_records()
+
+
+# ---------------------------------------------------------------------------------------------- loops
+# One loop per workload and style, written out (no per-message indirection the bare loop would not
+# have). The floor loops inline the stamp: a wrapper can only add to them.
+def loop_small(producer: Any, topic: str, n: int) -> None:
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, VALUE)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 1000 == 0:
+            producer.poll(0)
+
+
+def loop_json(producer: Any, topic: str, n: int) -> None:
+    records, dumps = RECORDS, json.dumps
+    for i in range(n):
+        value = dumps(records[i & (POOL - 1)]).encode()
+        while True:
+            try:
+                producer.produce(topic, value)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 1000 == 0:
+            producer.poll(0)
+
+
+def _stamper() -> tuple[Callable[..., bytes], bytes]:
+    prefix = encode_prefix(new_producer_id("bench-floor"))
+    return struct.Struct(f">{len(prefix)}sQ").pack, prefix
+
+
+def loop_small_floor(producer: Any, topic: str, n: int) -> None:
+    pack, prefix = _stamper()
+    clock = time.time_ns
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    VALUE,
+                    None,
+                    -1,
+                    None,
+                    None,
+                    clock() // 1_000_000,
+                    [(STAMP_HEADER, pack(prefix, i))],
+                )
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 1000 == 0:
+            producer.poll(0)
+
+
+def loop_json_floor(producer: Any, topic: str, n: int) -> None:
+    pack, prefix = _stamper()
+    clock, records, dumps = time.time_ns, RECORDS, json.dumps
+    for i in range(n):
+        value = dumps(records[i & (POOL - 1)]).encode()
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    value,
+                    None,
+                    -1,
+                    None,
+                    None,
+                    clock() // 1_000_000,
+                    [(STAMP_HEADER, pack(prefix, i))],
+                )
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 1000 == 0:
+            producer.poll(0)
+
+
+WORKLOADS: dict[str, tuple[Callable[[Any, str, int], None], Callable[[Any, str, int], None]]] = {
+    "100-byte": (loop_small, loop_small_floor),
+    "JSON web-log": (loop_json, loop_json_floor),
+}
+
+
+def make_producer(name: str, config: dict[str, Any], audit_topic: str) -> Any:
+    if name in (BARE, FLOOR):
+        return Producer(config)
+    mode = "errors" if name == ERRORS else "all"
+    p = AuditedProducer(config, ProducerAuditSettings(delivery_reports=mode, audit_topic=audit_topic))
+    p.check()  # the audit topic check (a no-op without a broker), outside the measurement
+    return p
+
+
+def close(producer: Any, timeout_s: float) -> None:
+    if isinstance(producer, AuditedProducer):
+        producer.close(timeout_s=timeout_s)
+    else:
+        producer.flush(timeout_s)
+        producer.close()
+
+
+# ---------------------------------------------------------------------------------------------- runs
+def cpu_s() -> float:
+    """CPU time of this process so far (user + system, every thread), s."""
+    t = os.times()
+    return t.user + t.system
+
+
+def run_broker(
+    name: str, workload: str, conf: dict[str, Any], topic: str, n: int, audit_topic: str
+) -> tuple[float, float]:
+    """Messages/s and process CPU us per message of one producer over ``n`` messages (loop + flush)."""
+    producer = make_producer(name, {**conf, "linger.ms": 5}, audit_topic)
+    producer.list_topics(topic, timeout=30)  # connected, metadata known: not part of the measurement
+    loop = WORKLOADS[workload][1 if name == FLOOR else 0]
+    c0, t0 = cpu_s(), time.perf_counter()
+    loop(producer, topic, n)
+    left = producer.flush(60)
+    elapsed, cpu = time.perf_counter() - t0, cpu_s() - c0
+    close(producer, 30)
+    if left:
+        raise RuntimeError(f"{name}: {left} messages not delivered")
+    return n / elapsed, cpu / n * 1e6
+
+
+def run_offline(name: str, workload: str, n: int) -> tuple[float, float]:
+    """CPU time of the calling thread per produce() call, ns, with no broker (messages purged after)."""
+    producer = make_producer(name, dict(OFFLINE), "bench.audit.offline")
+    loop = WORKLOADS[workload][1 if name == FLOOR else 0]
+    t0 = time.thread_time_ns()
+    loop(producer, "bench.offline", n)
+    cpu = time.thread_time_ns() - t0
+    producer.purge()
+    producer.poll(0)
+    close(producer, 0)
+    return cpu / n, cpu / n / 1000
+
+
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[None]:
+    """Silence librdkafka's connection-refused logs (the audit producers' config has no log_level)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+Run = tuple[float, float, float, float]  # value, CPU us/msg, the bare runs just before and just after
+
+
+def rounds(
+    repeats: int,
+    counts: dict[str, int],
+    run: Callable[[str, str, int], tuple[float, float]],
+    console: Console,
+) -> dict[tuple[str, str], list[Run]]:
+    """Run every (workload, producer) ``repeats`` times, each between two bare runs (B X B Y B Z B).
+
+    The order of the others rotates per round. Returns, per (workload, producer), one entry per run: its
+    value, its CPU us/msg and the values of the bare runs right before and right after it (for the bare
+    producer: every bare run, with itself as both neighbours).
+    """
+    results: dict[tuple[str, str], list[Run]] = {}
+    others = PRODUCERS[1:]
+    for r in range(repeats):
+        console.print(f"round {r + 1}/{repeats}")
+        order = others[r % len(others) :] + others[: r % len(others)]
+        for workload, n in counts.items():
+            before = run(workload, BARE, n)
+            results.setdefault((workload, BARE), []).append((*before, before[0], before[0]))
+            for name in order:
+                value, cpu = run(workload, name, n)
+                after = run(workload, BARE, n)
+                results.setdefault((workload, BARE), []).append((*after, after[0], after[0]))
+                results.setdefault((workload, name), []).append((value, cpu, before[0], after[0]))
+                before = after
+    return results
+
+
+# ---------------------------------------------------------------------------------------------- table
+def table(results: dict[tuple[str, str], list[Run]], counts: dict[str, int], offline: bool) -> Table:
+    repeats = len(results[(next(iter(counts)), ERRORS)])
+    where = "per-call CPU time of the calling thread, no broker" if offline else "local broker, end to end"
+    sizes = ", ".join(f"{n:,} x {w}" for w, n in counts.items())
+    t = Table(
+        title=f"audited producer vs bare confluent-kafka: {sizes}, median of {repeats} rounds, each run "
+        f"between two bare runs ({where})"
+    )
+    first = "CPU ns/msg" if offline else "msgs/s"
+    cols = ["workload", "producer", first, "runs", "ratio vs bare", "added us/msg", "target"]
+    if not offline:
+        cols.insert(4, "CPU us/msg")
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("workload", "producer") else "right")
+    for workload in counts:
+        for name in PRODUCERS:
+            runs = results[(workload, name)]
+            values = [v for v, _, _, _ in runs]
+            # The bare reference of a run: the mean cost per message of the bare runs around it.
+            if offline:  # ns per call: the ratio is the throughput proxy bare / this
+                refs = [(a + b) / 2 for _, _, a, b in runs]
+                ratio = statistics.median(ref / v for v, ref in zip(values, refs, strict=True))
+                added_us = statistics.median((v - ref) / 1000 for v, ref in zip(values, refs, strict=True))
+                each = " ".join(f"{v:.0f}" for v in values)
+            else:  # msgs/s
+                refs = [2 / (1 / a + 1 / b) for _, _, a, b in runs]
+                ratio = statistics.median(v / ref for v, ref in zip(values, refs, strict=True))
+                added_us = statistics.median(
+                    (1 / v - 1 / ref) * 1e6 for v, ref in zip(values, refs, strict=True)
+                )
+                each = " ".join(f"{v / 1000:.0f}k" for v in values)
+            if name == BARE:
+                each = f"{len(values)} runs, {min(values) / (1 if offline else 1000):,.0f}-" + (
+                    f"{max(values):,.0f}" if offline else f"{max(values) / 1000:,.0f}k"
+                )
+            target = TARGETS.get((workload, name))
+            mark = ""
+            if target is not None:
+                ok = round(ratio, 2) >= target
+                mark = f"[green]>= {target:.2f} ok[/]" if ok else f"[red]< {target:.2f}[/]"
+                if offline:
+                    mark += " (end to end)"
+            row = [
+                workload,
+                name,
+                f"{statistics.median(values):,.0f}",
+                each,
+                f"{ratio:.2f}",
+                "" if name == BARE else f"{added_us:+.2f}",
+                mark,
+            ]
+            if not offline:
+                row.insert(4, f"{statistics.median(c for _, c, _, _ in runs):.2f}")
+            t.add_row(*row)
+    return t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=300_000, help="messages per run, 100-byte workload")
+    ap.add_argument("--json-messages", type=int, default=200_000, help="messages per run, JSON workload")
+    ap.add_argument("--repeats", type=int, default=5, help="rounds (median over them); at least 3")
+    ap.add_argument("--no-broker", action="store_true", help="per-call CPU time, no broker (quick)")
+    args = ap.parse_args()
+    if args.repeats < 3:
+        ap.error("--repeats must be at least 3 (the median of fewer runs is too noisy to compare)")
+    counts = {"100-byte": args.messages, "JSON web-log": args.json_messages}
+    console = Console(width=160)
+    json_bytes = statistics.mean(len(json.dumps(r).encode()) for r in RECORDS)
+    console.print(f"JSON web-log records: {len(RECORDS):,}, {json_bytes:.0f} bytes on average")
+    if args.no_broker:
+        producer_module.ensure_topic = lambda *a, **k: None  # no broker: the audit topic check is skipped
+        with quiet_stderr():
+            results = rounds(args.repeats, counts, lambda w, name, n: run_offline(name, w, n), console)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            cluster = KafkaCluster.create(Path(tmp), brokers=1)
+            with console.status("starting Kafka ..."):
+                cluster.start()
+            try:
+                conf = {"bootstrap.servers": cluster.bootstrap_servers}
+                tag = uuid.uuid4().hex[:8]
+                audit_topic, topic = f"bench.audit.{tag}", f"bench.producer.{tag}"
+                ensure_topic(conf, topic, 3)  # the audit topic: created by the first check()
+                with console.status("warming up ..."):
+                    for workload in counts:
+                        run_broker(BARE, workload, conf, topic, 20_000, audit_topic)
+                results = rounds(
+                    args.repeats,
+                    counts,
+                    lambda w, name, n: run_broker(name, w, conf, topic, n, audit_topic),
+                    console,
+                )
+            finally:
+                cluster.stop()
+    console.print(table(results, counts, args.no_broker))
+
+
+if __name__ == "__main__":
+    main()
