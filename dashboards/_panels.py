@@ -64,6 +64,22 @@ ANNOTATION_FORMATS: dict[str, dict[str, Any]] = {
 }
 
 
+def firing_alerts_annotation(expr: str) -> AnnotationQuery:
+    """Return the red annotation marking firing kafka-audit alerts (:data:`FIRING_ALERTS`).
+
+    Args:
+        expr: PromQL on ``kafka_audit_alerts_firing`` (e.g. filtered by the dashboard's ``$topic``).
+    """
+    return (
+        AnnotationQuery()
+        .name(FIRING_ALERTS)
+        .datasource(PROMETHEUS)
+        .enable(True)
+        .icon_color("red")
+        .expr(expr)
+    )
+
+
 def datasource_variable() -> DatasourceVariable:
     """Return the ``$datasource`` variable: any Prometheus data source of the Grafana instance."""
     return DatasourceVariable(DATASOURCE_VAR).label("Prometheus").type("prometheus")

@@ -30,9 +30,8 @@ from grafana_foundation_sdk.models.common import LineInterpolation
 from grafana_foundation_sdk.models.dashboard import DashboardCursorSync, DynamicConfigValue, VariableSort
 
 from dashboards._panels import (
-    FIRING_ALERTS,
-    PROMETHEUS,
     datasource_variable,
+    firing_alerts_annotation,
     label_variable,
     query,
     timeseries,
@@ -341,14 +340,7 @@ def _jvm_row(d: Dashboard) -> Dashboard:
 
 def alert_annotation() -> AnnotationQuery:
     """Return the annotation marking firing kafka-audit alerts of every topic (completeness drops)."""
-    return (
-        AnnotationQuery()
-        .name(FIRING_ALERTS)
-        .datasource(PROMETHEUS)
-        .enable(True)
-        .icon_color("red")
-        .expr("kafka_audit_alerts_firing == 1")
-    )
+    return firing_alerts_annotation("kafka_audit_alerts_firing == 1")
 
 
 def broker_dashboard() -> Dashboard:

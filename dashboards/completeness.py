@@ -26,13 +26,12 @@ from grafana_foundation_sdk.models.common import GraphDrawStyle
 from grafana_foundation_sdk.models.dashboard import DashboardCursorSync, ValueMap, ValueMappingResult
 
 from dashboards._panels import (
-    FIRING_ALERTS,
-    PROMETHEUS,
     band,
     control_annotation,
     dashed,
     datasource_variable,
     decision_annotation,
+    firing_alerts_annotation,
     label_variable,
     query,
     stat,
@@ -425,14 +424,7 @@ def _health_row(d: Dashboard) -> Dashboard:
 
 def alert_annotation() -> AnnotationQuery:
     """Return the annotation marking firing kafka-audit alerts of the selected topics."""
-    return (
-        AnnotationQuery()
-        .name(FIRING_ALERTS)
-        .datasource(PROMETHEUS)
-        .enable(True)
-        .icon_color("red")
-        .expr('kafka_audit_alerts_firing{topic=~"$topic"} == 1')
-    )
+    return firing_alerts_annotation('kafka_audit_alerts_firing{topic=~"$topic"} == 1')
 
 
 def completeness_dashboard() -> Dashboard:
