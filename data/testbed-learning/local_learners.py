@@ -1,0 +1,114 @@
+"""Issue 13: the MAE(P_l) any learner of the model's features can reach on this testbed's windows.
+
+Reads the committed learning-experiment windows (rounds 1 and 2, ``training-windows.csv`` and
+``holdout-windows.csv``) and prints two tables:
+
+1. **Repeatability**: windows whose features (acks, ``batch.num.messages``, ``message.timeout.ms``,
+   polling interval, measured L in percent, measured D in ms) are identical to another window's.
+   For such a group the median of its R_l minimises the sum of absolute errors, so the MAE of the group
+   medians is a lower bound on the MAE(P_l) that any deterministic function of these features can reach
+   on those windows.
+2. **Local learners on the held-out run** (round 2's ``shift`` scenario): k-nearest-neighbour medians
+   trained on every other window (standardised features, log of D, B and T_o), beside a constant and
+   the predictions the job served.
+
+Usage: ``.venv/bin/python data/testbed-learning/local_learners.py`` (no arguments; prints tables).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+HERE = Path(__file__).parent
+FEATURES = [
+    "acks",
+    "batch_num_messages",
+    "message_timeout_ms",
+    "poll_interval_ms",
+    "packet_loss_pct",
+    "delay_ms",
+]
+
+
+def _load(name: str, round_dir: str) -> pd.DataFrame:
+    frame = pd.read_csv(HERE / round_dir / name)
+    frame["round"] = round_dir or "1"
+    return frame
+
+
+def repeatability(windows: pd.DataFrame) -> tuple[int, int, float, float]:
+    """Return (groups, windows in them, MAE to the group median, same over lossy groups only).
+
+    A group is a set of >= 2 windows with identical features (L and D rounded to 0.01); lossy means a
+    group median R_l above 0.01. R_l is a fraction.
+    """
+    keyed = windows.assign(L=windows["packet_loss_pct"].round(2), D=windows["delay_ms"].round(2))
+    keys = [*FEATURES[:4], "L", "D"]
+    sizes = keyed.groupby(keys)["p_loss"].transform("size")
+    grouped = keyed[sizes >= 2]
+    median = grouped.groupby(keys)["p_loss"].transform("median")
+    err = (grouped["p_loss"] - median).abs()
+    lossy = median > 0.01
+    return grouped.groupby(keys).ngroups, len(grouped), float(err.mean()), float(err[lossy].mean())
+
+
+def _matrix(frame: pd.DataFrame) -> np.ndarray:
+    x = frame[FEATURES].to_numpy(dtype=float).copy()
+    for col in (1, 2, 5):  # B, T_o, D: log scale
+        x[:, col] = np.log1p(x[:, col])
+    return x
+
+
+def knn_mae(train: pd.DataFrame, test: pd.DataFrame, k: int) -> float:
+    """MAE(P_l) on ``test`` of the median R_l of the ``k`` nearest training windows (fractions)."""
+    xt, xh = _matrix(train), _matrix(test)
+    mu, sd = xt.mean(0), xt.std(0) + 1e-9
+    xt, xh = (xt - mu) / sd, (xh - mu) / sd
+    dist = ((xh[:, None, :] - xt[None, :, :]) ** 2).sum(-1)
+    nearest = np.argsort(dist, axis=1)[:, :k]
+    pred = np.median(train["p_loss"].to_numpy()[nearest], axis=1)
+    return float(np.abs(pred - test["p_loss"].to_numpy()).mean())
+
+
+def main() -> None:
+    """Print the repeatability and local-learner tables."""
+    rounds = [
+        ("training-windows.csv", ""),
+        ("holdout-windows.csv", ""),
+        ("training-windows.csv", "session13b"),
+        ("holdout-windows.csv", "session13b"),
+    ]
+    windows = pd.concat([_load(n, r) for n, r in rounds], ignore_index=True)
+    console = Console()
+    groups, n, mae, mae_lossy = repeatability(windows)
+    rep = Table(title="Windows with identical features: the floor for any model of these features")
+    for col in ("groups", "windows", "MAE to group median", "same, lossy groups"):
+        rep.add_column(col, justify="right")
+    rep.add_row(str(groups), str(n), f"{mae:.3f}", f"{mae_lossy:.3f}")
+    console.print(rep)
+
+    held = _load("holdout-windows.csv", "session13b")
+    train = pd.concat([_load(n, r) for n, r in rounds[:3]], ignore_index=True)
+    train = train[train["poll_interval_ms"] > 0]  # round 1 carried 0 (unknown polling interval)
+    table = Table(title=f"Held-out run (shift, {len(held)} windows): MAE(P_l), fractions")
+    table.add_column("predictor")
+    table.add_column("MAE(P_l)", justify="right")
+    truth = held["p_loss"].to_numpy()
+    table.add_row("served by the job (champion v0001)", f"{np.abs(held['pred_p_loss'] - truth).mean():.3f}")
+    table.add_row(
+        "constant: median of training R_l", f"{np.abs(train['p_loss'].median() - truth).mean():.3f}"
+    )
+    for k in (1, 3, 5, 9, 15):
+        table.add_row(
+            f"{k}-nearest-neighbour median ({len(train)} local windows)", f"{knn_mae(train, held, k):.3f}"
+        )
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
