@@ -26,10 +26,12 @@ from audit_record.record import AuditRecord, MalformedRecordError
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 _HEADER_LEN = 10
 WRITER_VERSIONS: dict[str, tuple[str, ...]] = {
-    "audit_record": ("audit_record.v1",),  # before NetworkStats.tcp_retransmit_pct
+    # v1: before NetworkStats.tcp_retransmit_pct; v2: before the per-partition delivery reports
+    "audit_record": ("audit_record.v2", "audit_record.v1"),
     # v1: before the live-comparison fields (P_l, P_d, gamma); v2: before the structured suggestion;
-    # v3: before final_wait_ms (adaptive finality) and the tier fields (tier_rank ... tier_lag_ms)
-    "window_result": ("window_result.v3", "window_result.v2", "window_result.v1"),
+    # v3: before final_wait_ms (adaptive finality) and the tier fields (tier_rank ... tier_lag_ms);
+    # v4: before the per-partition breakdown (partitions: attribution)
+    "window_result": ("window_result.v4", "window_result.v3", "window_result.v2", "window_result.v1"),
 }
 """Earlier versions of each schema (``<version>.avsc`` files of this package) that readers still accept."""
 

@@ -144,6 +144,29 @@ class NetworkStats:
 
 
 @dataclass(slots=True, kw_only=True)
+class PartitionDelivery:
+    """A producer's delivery reports for one partition in one window, and who led the partition.
+
+    Attributes:
+        partition: The partition the reports name (-1: a message that failed before it was assigned one).
+        acknowledged: Successful delivery reports (messages; 0 with ``delivery_reports=errors``).
+        failed: Failed delivery reports (messages).
+        failed_by_error: Failed reports by librdkafka error name (``KafkaError.name()``, e.g.
+            ``_MSG_TIMED_OUT``) -> messages; the values add up to ``failed``.
+        leader: Broker (node id) that led the partition for the longest part of the window, from the
+            producer's librdkafka statistics (its metadata); None when unknown.
+        leaders: Every broker that led the partition during the window, in order of leadership.
+    """
+
+    partition: int
+    acknowledged: int = 0
+    failed: int = 0
+    failed_by_error: dict[str, int] = field(default_factory=dict)
+    leader: int | None = None
+    leaders: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
 class AuditRecord:
     """One audit snapshot; see ``audit_record.avsc`` for every field's meaning and unit."""
 
@@ -175,6 +198,7 @@ class AuditRecord:
     latency_max_ms: float | None = None
     producer_config: ProducerConfig | None = None
     network: NetworkStats | None = None
+    partitions: list[PartitionDelivery] = field(default_factory=list)
 
     def key(self) -> str:
         """Snapshot identity ``tier|source|producer_id|topic|partition|window_start_ms``.
@@ -220,6 +244,8 @@ class AuditRecord:
                 "inconsistent_counts",
                 f"acknowledged+failed={self.acknowledged + self.failed} > sent={self.sent}",
             )
+        if any(p.acknowledged < 0 or p.failed < 0 for p in self.partitions):
+            raise MalformedRecordError("negative_count", "a partition's acknowledged or failed < 0")
         if self.unique > self.received or self.duplicated > self.received:
             raise MalformedRecordError(
                 "inconsistent_counts",
@@ -243,4 +269,8 @@ class AuditRecord:
             values["producer_config"] = ProducerConfig(**values["producer_config"])
         if values.get("network") is not None:
             values["network"] = NetworkStats(**values["network"])
+        values["partitions"] = [
+            PartitionDelivery(**{**p, "failed_by_error": dict(p.get("failed_by_error") or {})})
+            for p in values.get("partitions") or ()
+        ]
         return cls(**values)

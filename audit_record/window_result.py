@@ -36,22 +36,53 @@ _SPARK_TYPE = {"string": "string", "long": "long", "int": "int", "double": "doub
 
 
 @cache
-def _avro_fields() -> tuple[tuple[str, str], ...]:
+def _schema_fields() -> tuple[dict[str, Any], ...]:
     text = resources.files("audit_record").joinpath(f"{SCHEMA}.avsc").read_text()
+    return tuple(json.loads(text)["fields"])
+
+
+def _non_null(avro_type: Any) -> Any:
+    types = avro_type if isinstance(avro_type, list) else [avro_type]
+    (one,) = [t for t in types if t != "null"]
+    return one
+
+
+@cache
+def _avro_fields() -> tuple[tuple[str, str], ...]:
+    """(name, type) of every field; ``structure`` for an array of records (see :data:`STRUCTURED_FIELDS`)."""
     out = []
-    for f in json.loads(text)["fields"]:
-        types = f["type"] if isinstance(f["type"], list) else [f["type"]]
-        (avro_type,) = [t for t in types if t != "null"]
-        out.append((f["name"], avro_type))
+    for f in _schema_fields():
+        avro_type = _non_null(f["type"])
+        out.append((f["name"], avro_type if isinstance(avro_type, str) else "structure"))
     return tuple(out)
 
 
 FIELDS: tuple[str, ...] = tuple(name for name, _ in _avro_fields())
 """Every field of a window result, in schema order (``window_result.avsc``)."""
 
-SPARK_TYPES: dict[str, str] = {name: _SPARK_TYPE[t] for name, t in _avro_fields()}
+STRUCTURED_FIELDS: tuple[str, ...] = tuple(name for name, t in _avro_fields() if t == "structure")
+"""Fields that hold structure (Avro arrays of records; in a row, a list of dicts): ``partitions``. Inside
+the Spark query they travel as JSON text (their :data:`SPARK_TYPES` entry is ``string``): the
+reconciler writes them with :func:`to_spark`, the driver reads them back with :func:`from_spark` before
+any sink or listener sees the row, so every contract (Avro, Parquet, listeners) carries the structure."""
+
+SPARK_TYPES: dict[str, str] = {
+    name: "string" if t == "structure" else _SPARK_TYPE[t] for name, t in _avro_fields()
+}
 """Field -> Spark SQL type name (``long``, ``int``, ``double``, ``string``, ``boolean``); every field is
-nullable in Spark, the Avro schema says which may be null when written."""
+nullable in Spark, the Avro schema says which may be null when written. :data:`STRUCTURED_FIELDS` are
+``string`` (JSON text) inside Spark."""
+
+
+@cache
+def _partition_schema() -> dict[str, Any]:
+    (f,) = [f for f in _schema_fields() if f["name"] == "partitions"]
+    return dict(_non_null(f["type"])["items"])
+
+
+PARTITION_FIELDS: tuple[str, ...] = tuple(f["name"] for f in _partition_schema()["fields"])
+"""The fields of one ``partitions`` entry (``PartitionResult`` in ``window_result.avsc``): partition,
+leader, leaders, sent, acknowledged, failed, failed_by_error, unique, duplicated, lost."""
 
 KEY_FIELDS: tuple[str, ...] = ("topic", "window_start_ms", "tier")
 """The fields of the result key (:func:`key`)."""
@@ -170,6 +201,81 @@ def _check_groups() -> None:
 _check_groups()
 
 
+def partition_entry(partition: int, **values: Any) -> dict[str, Any]:
+    """Return one ``partitions`` entry: ``values`` over the schema's defaults (counts 0, unknowns None).
+
+    Raises:
+        KeyError: if ``values`` names a field ``PartitionResult`` lacks.
+    """
+    unknown = set(values) - set(PARTITION_FIELDS)
+    if unknown:
+        raise KeyError(f"not partition-result fields: {sorted(unknown)}")
+    out: dict[str, Any] = {}
+    for f in _partition_schema()["fields"]:
+        default = f.get("default")
+        out[f["name"]] = values.get(
+            f["name"], type(default)() if isinstance(default, list | dict) else default
+        )
+    out["partition"] = int(partition)
+    return out
+
+
+def to_spark(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``row`` with every :data:`STRUCTURED_FIELDS` value as JSON text (how Spark carries it)."""
+    out = dict(row)
+    for name in STRUCTURED_FIELDS:
+        value = out.get(name)
+        out[name] = json.dumps(value if value is not None else [], separators=(",", ":"))
+    return out
+
+
+def from_spark(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``row`` with every :data:`STRUCTURED_FIELDS` value as structure (inverse of :func:`to_spark`).
+
+    A missing or null value becomes ``[]`` (the schema's default); structure passes unchanged.
+    """
+    out = dict(row)
+    for name in STRUCTURED_FIELDS:
+        value = out.get(name)
+        if isinstance(value, str | bytes):
+            value = json.loads(value)
+        out[name] = list(value) if value is not None else []
+    return out
+
+
+def partition_losses(row: Mapping[str, Any], top: int | None = None) -> list[dict[str, Any]]:
+    """Return the partitions of a result that lost messages, most first.
+
+    Each: ``partition``, ``leader`` (broker node id or None), ``lost``, ``failed`` (messages).
+
+    ``lost`` is the entry's ``lost`` (sent - unique, messages), or its failed delivery reports when its
+    sent count is unknown (a producer reporting failures only). Ties go to the lower partition.
+
+    Args:
+        row: A window result (``partitions`` as structure or JSON text).
+        top: Keep this many (None: all).
+    """
+    out = []
+    for p in from_spark({"partitions": row.get("partitions")})["partitions"]:
+        failed = int(p.get("failed") or 0)
+        lost = p.get("lost")
+        lost = failed if lost is None else int(lost)
+        if lost > 0:
+            out.append(
+                {"partition": int(p["partition"]), "leader": p.get("leader"), "lost": lost, "failed": failed}
+            )
+    out.sort(key=lambda p: (-p["lost"], p["partition"]))
+    return out if top is None else out[:top]
+
+
+def lost_by_leader(row: Mapping[str, Any]) -> dict[int | None, int]:
+    """Return messages lost in a result per leader broker (node id; None: unknown); see :func:`partition_losses`."""
+    out: dict[int | None, int] = {}
+    for p in partition_losses(row):
+        out[p["leader"]] = out.get(p["leader"], 0) + p["lost"]
+    return out
+
+
 def key(row: Mapping[str, Any]) -> str:
     """Kafka key of a window result: ``topic|window_start_ms|tier`` (a compacted topic keeps the newest)."""
     return f"{row['topic']}|{row['window_start_ms']}|{row['tier']}"
@@ -184,12 +290,16 @@ def blank(**values: Any) -> dict[str, Any]:
     unknown = set(values) - set(SPARK_TYPES)
     if unknown:
         raise KeyError(f"not window-result fields: {sorted(unknown)}")
-    return {name: values.get(name) for name in FIELDS}
+    out = {name: values.get(name) for name in FIELDS}
+    for name in STRUCTURED_FIELDS:
+        if out[name] is None:
+            out[name] = []
+    return out
 
 
 def only_fields(row: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the window-result fields of ``row`` (missing ones None), in schema order, nothing else."""
-    return {name: row.get(name) for name in FIELDS}
+    """Return the window-result fields of ``row`` (missing ones None, structure ``[]``), in schema order."""
+    return blank(**{name: row.get(name) for name in FIELDS})
 
 
 def suggestion_fields(changes: Mapping[str, Any]) -> dict[str, Any]:
