@@ -39,11 +39,20 @@ from confluent_kafka import KafkaError, Message, Producer
 from audit_producer.autotune import Candidate, ControlFollower, inner_config
 from audit_producer.config_history import ConfigHistory
 from audit_producer.draining import Draining, drain_deadline_ms
+from audit_producer.leaders import LeaderHistory, partition_leaders
 from audit_producer.librdkafka_config import controlled_properties, reliability_config
 from audit_producer.network_stats import TcpRetransmitMeter, parse_statistics
 from audit_producer.probation import Probation
 from audit_producer.settings import ProducerAuditSettings
-from audit_record import PRODUCER_TIER, AuditRecord, NetworkStats, ProducerConfig, encode, now_ms
+from audit_record import (
+    PRODUCER_TIER,
+    AuditRecord,
+    NetworkStats,
+    PartitionDelivery,
+    ProducerConfig,
+    encode,
+    now_ms,
+)
 from audit_record.control_record import ControlRecord
 from audit_record.stamp import (
     SEQUENCE_BYTEORDER,
@@ -72,7 +81,11 @@ log = logging.getLogger(__name__)
     _COUNT_CB,
     _REPORT_CB,
     _CB_GENERATION,
-) = range(11)
+    _ACKED_BY,
+    _FAILED_BY,
+) = range(13)
+# _ACKED_BY: partition -> successful reports; _FAILED_BY: (partition, librdkafka error name) -> failed
+# reports (docs/DESIGN.md, "Attribution").
 _NO_WINDOW = -(1 << 62)  # the hot window's end when there is none: no clock reading falls before it
 _SETTLE_MARGIN_MS = 2_000
 _CHECK_POLL_MS = 100  # while the audit topic check runs, look for its result this often, ms
@@ -177,6 +190,7 @@ class AuditedProducer:
         "_hot_topic",
         "_hot_w",
         "_incoming",
+        "_leaders",
         "_network",
         "_network_base",
         "_next_reconfigure_ms",
@@ -287,6 +301,9 @@ class AuditedProducer:
         # Cumulative tx_retries, request_timeouts, tx_errors of the inner producers replaced so far:
         self._network_base = (0, 0, 0)
         self._tcp = TcpRetransmitMeter()  # packet loss estimate L of this network namespace
+        self._leaders = (
+            LeaderHistory()
+        )  # partition leaders from the statistics (docs/DESIGN.md, "Attribution")
         self._errors_only = mode == "errors"
         self._next_tick_ms = 0  # produce()/poll() call _due() from then on: min of the two below
         self._next_snapshot_ms = 0
@@ -418,7 +435,7 @@ class AuditedProducer:
         if not hot or w is None:
             hot = False
             known = self._windows.get((topic, start))
-            w = known if known is not None else [0, 0, 0, 0, seq, seq, now, 0, None, None, None]
+            w = known if known is not None else [0, 0, 0, 0, seq, seq, now, 0, None, None, None, {}, {}]
             self._bind_reports(w)
         stamp = self._stamp(self._prefix, seq)
         if headers is None:
@@ -627,14 +644,17 @@ class AuditedProducer:
         ``generation`` is the first sequence number of the inner producer the messages are given to.
         """
         failed = self._count_failure
+        acked_by: dict[int, int] = w[_ACKED_BY]
         if then is None:
 
             def count(err: KafkaError | None, msg: Message) -> None:
                 if err is None:
                     w[_ACKED] += 1
                     w[_DIRTY] = 1
+                    p = msg.partition()
+                    acked_by[p] = acked_by.get(p, 0) + 1
                 else:
-                    failed(w, generation, err)
+                    failed(w, generation, err, msg)
 
             return count
 
@@ -642,21 +662,27 @@ class AuditedProducer:
             if err is None:
                 w[_ACKED] += 1
                 w[_DIRTY] = 1
+                p = msg.partition()
+                acked_by[p] = acked_by.get(p, 0) + 1
             else:
-                failed(w, generation, err)
+                failed(w, generation, err, msg)
             then(err, msg)
 
         return count_then
 
-    def _count_failure(self, w: list[Any], generation: int, err: KafkaError) -> None:
-        """Count a failed delivery in ``w``; judge the configuration on probation by it.
+    def _count_failure(self, w: list[Any], generation: int, err: KafkaError, msg: Message) -> None:
+        """Count a failed delivery in ``w``, by partition and error; judge the configuration on probation.
 
         ``generation`` is the first sequence number given to the inner producer that failed the message,
         a lower bound of its own: at least the probation's first sequence number exactly when that
-        producer is the one on probation.
+        producer is the one on probation. The report names the partition (-1 when the message failed
+        before librdkafka assigned it one) and the error (``KafkaError.name()``).
         """
         w[_FAILED] += 1
         w[_DIRTY] = 1
+        by: dict[tuple[int, str], int] = w[_FAILED_BY]
+        key = (msg.partition(), err.name())
+        by[key] = by.get(key, 0) + 1
         probation = self._probation
         if probation is not None:
             probation.on_failure(generation, err)
@@ -691,6 +717,7 @@ class AuditedProducer:
         return on_stats
 
     def _on_stats(self, stats_json: str) -> None:
+        self._leaders.observe(partition_leaders(stats_json), now_ms())
         network = parse_statistics(stats_json, self._tcp.sample())
         retries, timeouts, errors = self._network_base  # cumulative across inner producers
         network.tx_retries += retries
@@ -772,6 +799,7 @@ class AuditedProducer:
         if len(self._history) > 1:
             oldest = min((w[_FIRST_SEQ] for w in self._windows.values()), default=self._seq + 1)
             self._history.forget_before(oldest)
+        self._leaders.forget_before(min((start for _, start in self._windows), default=now))
         self._audit_producer.poll(0)
 
     def _emit(self, topic: str, start: int, end: int, w: list[Any], final: bool) -> None:
@@ -808,6 +836,7 @@ class AuditedProducer:
                 last_sequence=w[_LAST_SEQ],
                 producer_config=configs[0],
                 network=self._network,
+                partitions=self._partitions(topic, start, end, w),
             )
         )
         for n, config in enumerate(configs[1:], 1):
@@ -824,6 +853,22 @@ class AuditedProducer:
                     network=self._network,
                 )
             )
+
+    def _partitions(self, topic: str, start: int, end: int, w: list[Any]) -> list[PartitionDelivery]:
+        """Return the window's delivery reports per partition (by partition), with each one's leader(s)."""
+        acked_by: dict[int, int] = w[_ACKED_BY]
+        failed_by: dict[tuple[int, str], int] = w[_FAILED_BY]
+        out: dict[int, PartitionDelivery] = {}
+        for (partition, error), n in list(failed_by.items()):
+            p = out.get(partition) or out.setdefault(partition, PartitionDelivery(partition=partition))
+            p.failed += n
+            p.failed_by_error[error] = p.failed_by_error.get(error, 0) + n
+        for partition, n in list(acked_by.items()):
+            p = out.get(partition) or out.setdefault(partition, PartitionDelivery(partition=partition))
+            p.acknowledged = n
+        for partition, p in out.items():
+            p.leader, p.leaders = self._leaders.during(topic, partition, start, end)
+        return [out[k] for k in sorted(out)]
 
     def _send(self, record: AuditRecord) -> None:
         self._audit_producer.produce(

@@ -269,7 +269,7 @@ def partition_losses(row: Mapping[str, Any], top: int | None = None) -> list[dic
 
 
 def lost_by_leader(row: Mapping[str, Any]) -> dict[int | None, int]:
-    """Return messages lost in a result per leader broker (node id; None: unknown); see :func:`partition_losses`."""
+    """Return messages lost per leader broker (node id; None: unknown); see :func:`partition_losses`."""
     out: dict[int | None, int] = {}
     for p in partition_losses(row):
         out[p["leader"]] = out.get(p["leader"], 0) + p["lost"]

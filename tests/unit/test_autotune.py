@@ -54,6 +54,9 @@ class Delivered:
     def timestamp(self) -> tuple[int, int]:
         return (1, self._ts)
 
+    def partition(self) -> int:
+        return 0
+
     def headers(self) -> list:
         return self._headers
 

@@ -168,6 +168,16 @@ def test_window_bounds_hold_the_timestamp(window_ms: int, data: st.DataObject) -
 
 
 # ---------------------------------------------------------------------------------------------- producer
+class _ReportedMessage:
+    """The message of a fake delivery report: its partition (-1: librdkafka would not have assigned one)."""
+
+    def __init__(self, partition: int) -> None:
+        self._partition = partition
+
+    def partition(self) -> int:
+        return self._partition
+
+
 class FakeProducer:
     """Records what the audited producer hands to librdkafka; never connects.
 
@@ -200,6 +210,7 @@ class FakeProducer:
             self.full = False
             raise BufferError("Local: Queue full")
         rec = {"topic": topic, "value": value, "key": key, "timestamp": timestamp, "headers": headers}
+        rec["partition"] = partition
         rec["callback"] = callback or on_delivery
         self.produced.append(rec)
         if self.keep:
@@ -209,7 +220,8 @@ class FakeProducer:
         """Deliver (err None) or fail one pending message, as librdkafka's delivery report would."""
         rec = self.pending.pop(index)
         if rec["callback"] is not None and (err is not None or not self.errors_only):
-            rec["callback"](err, None)  # the callbacks read neither the message's timestamp nor topic
+            # The callbacks read neither the message's timestamp nor topic; only its partition.
+            rec["callback"](err, _ReportedMessage(rec["partition"]))
         return rec
 
     def poll(self, timeout: float = 0) -> int:
@@ -294,7 +306,7 @@ def test_producer_stamps_windows_and_counts_agree_with_the_reference(
         for (topic, _, _, _, report), rec in zip(calls, list(data.produced), strict=True):
             if report is None:
                 continue
-            data.report(data.pending.index(rec), object() if report else None)
+            data.report(data.pending.index(rec), KafkaError(KafkaError._MSG_TIMED_OUT) if report else None)
             key = (topic, window_start(rec["timestamp"], window_ms))
             (failed if report else acked)[key] += 1
         for key, w in windows.items():

@@ -114,7 +114,23 @@ def test_window_result_written_with_v1_schema_decodes_with_null_predictions():
     assert out["loss_rate"] == 0.0 and out["sent"] == 4
     new = [n for n, _ in RESULT_COLUMNS if n not in v1_fields]
     assert "p_loss" in new and "suggestion" in new
-    assert all(out[n] is None for n in new)
+    assert all(out[n] is None for n in new if n not in window_result.STRUCTURED_FIELDS)
+    assert out["partitions"] == []  # structure defaults to empty, not null
+
+
+def test_records_written_before_partitions_decode_with_none():
+    old = _record().to_avro()
+    del old["partitions"]
+    assert decode(_single_object("audit_record.v2", old)).partitions == []
+    row = window_result.blank(topic="t", window_start_ms=0, tier="cluster:a")
+    v4 = {f["name"] for f in codec.schema("window_result.v4")["fields"]}
+    body = {k: v for k, v in row.items() if k in v4}
+    body.update({k: 0 for k in ("window_end_ms", "sent", "acknowledged", "failed", "received", "unique")})
+    body.update(
+        {k: 0 for k in ("duplicated", "late", "stale", "unaudited", "producers", "unaudited_producers")}
+    )
+    body.update(state="final", result_at_ms=1, tx_retries=0, request_timeouts=0)
+    assert codec.decode_object("window_result", _single_object("window_result.v4", body))["partitions"] == []
 
 
 def _snmp(path, out_segs, retrans):
