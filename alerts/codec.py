@@ -2,7 +2,9 @@
 
 Same framing as ``audit_record/codec.py``: ``C3 01`` + the CRC-64-AVRO fingerprint of ``alert.avsc``
 (8 bytes, little endian) + the schemaless Avro body (Avro 1.11 specification, "Single-object
-encoding"), so readers reject bytes of another schema before decoding them.
+encoding"), so readers reject bytes of another schema before decoding them. Events written with an
+earlier version (``alert.v<N>.avsc`` beside it, :data:`WRITER_VERSIONS`) are resolved to the current
+schema: fields added since take their defaults.
 """
 
 from __future__ import annotations
@@ -21,25 +23,32 @@ from audit_record.codec import SINGLE_OBJECT_MAGIC
 from audit_record.record import MalformedRecordError
 
 _HEADER_LEN = 10
+WRITER_VERSIONS: tuple[str, ...] = ("alert.v1",)
+"""Earlier versions of ``alert.avsc`` readers still accept (v1: before ``attribution``)."""
 
 
 @cache
-def schema_json() -> str:
-    """Return ``alert.avsc`` as JSON text."""
-    return resources.files("alerts").joinpath("alert.avsc").read_text()
+def schema_json(name: str = "alert") -> str:
+    """Return ``alert.avsc`` (or an earlier version, ``alert.v1``) as JSON text."""
+    return resources.files("alerts").joinpath(f"{name}.avsc").read_text()
 
 
 @cache
-def schema() -> dict[str, Any]:
-    """Return the parsed AlertEvent schema."""
-    return fastavro.parse_schema(json.loads(schema_json()))
+def schema(name: str = "alert") -> dict[str, Any]:
+    """Return the parsed AlertEvent schema (or an earlier version)."""
+    return fastavro.parse_schema(json.loads(schema_json(name)))
 
 
 @cache
-def schema_fingerprint() -> bytes:
+def schema_fingerprint(name: str = "alert") -> bytes:
     """Return the schema's CRC-64-AVRO fingerprint, 8 bytes little endian."""
-    canonical = fastavro.schema.to_parsing_canonical_form(schema())
+    canonical = fastavro.schema.to_parsing_canonical_form(schema(name))
     return bytes.fromhex(fastavro.schema.fingerprint(canonical, "CRC-64-AVRO"))[::-1]
+
+
+@cache
+def _writers() -> dict[bytes, dict[str, Any]]:
+    return {schema_fingerprint(n): schema(n) for n in ("alert", *WRITER_VERSIONS)}
 
 
 def encode_alert(event: AlertEvent) -> bytes:
@@ -61,14 +70,15 @@ def decode_alert(value: bytes | None) -> AlertEvent:
         raise MalformedRecordError("empty", "no value")
     if len(value) < _HEADER_LEN or value[:2] != SINGLE_OBJECT_MAGIC:
         raise MalformedRecordError("bad_magic", f"not an Avro single object (first bytes {value[:4].hex()})")
-    if value[2:_HEADER_LEN] != schema_fingerprint():
+    writer = _writers().get(value[2:_HEADER_LEN])
+    if writer is None:
         raise MalformedRecordError(
             "wrong_schema", f"schema fingerprint {value[2:_HEADER_LEN].hex()} is not AlertEvent"
         )
     buf = io.BytesIO(value)
     buf.seek(_HEADER_LEN)
     try:
-        data: Any = fastavro.schemaless_reader(buf, schema(), None)
+        data: Any = fastavro.schemaless_reader(buf, writer, schema())
         if buf.tell() != len(value):
             raise ValueError(f"{len(value) - buf.tell()} trailing bytes")
         return AlertEvent.from_dict(dict(data))

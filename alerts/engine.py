@@ -56,6 +56,7 @@ def _observed(obs: Observation) -> dict[str, Any]:
         "threshold": obs.threshold,
         "numbers": dict(obs.numbers),
         "suggestion": obs.suggestion,
+        "attribution": [dict(a) for a in obs.attribution],
     }
 
 

@@ -77,6 +77,16 @@ class AlertStatus(StrEnum):
     RESOLVED = "resolved"
 
 
+def leaders_text(losses: list[dict[str, Any]]) -> str:
+    """Return the leader brokers of ``losses`` in order of first appearance as text (``3``, ``3, 1``)."""
+    leaders: list[str] = []
+    for a in losses:
+        name = str(a["leader"]) if a.get("leader") is not None else "unknown"
+        if name not in leaders:
+            leaders.append(name)
+    return ", ".join(leaders)
+
+
 def fingerprint(alertname: str, topic: str, tier: str, severity: str) -> str:
     """Return the alert's identity: 16 hex digits of SHA-256 over its labels (also the Kafka key)."""
     text = "\x00".join((alertname, topic, tier, severity))
@@ -109,6 +119,9 @@ class AlertEvent:
         summary, description: Human text (percent and UTC times spelled out).
         suggestion: The window result's configuration suggestion, if any.
         generator_url: Link back to the source (dashboard), if configured.
+        attribution: KafkaAuditCompletenessBelowTarget: the partitions that lost the most in the window,
+            most first, each ``{"partition", "leader", "lost", "failed"}`` (leader: broker node id or
+            None; messages); empty for other alerts (docs/DESIGN.md, "Attribution").
     """
 
     alertname: str
@@ -128,6 +141,7 @@ class AlertEvent:
     numbers: dict[str, float] = field(default_factory=dict)
     suggestion: str | None = None
     generator_url: str | None = None
+    attribution: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def fingerprint(self) -> str:
@@ -166,6 +180,9 @@ class AlertEvent:
             out["value"] = f"{self.value:.6g}"
         if self.threshold is not None:
             out["threshold"] = f"{self.threshold:.6g}"
+        if self.attribution:
+            out["lost_partitions"] = ", ".join(str(a["partition"]) for a in self.attribution)
+            out["lost_leaders"] = leaders_text(self.attribution)
         return out
 
     def resolved(self, at_ms: int, **changes: Any) -> AlertEvent:
@@ -178,6 +195,7 @@ class AlertEvent:
         out = dataclasses.asdict(self)
         out["status"] = self.status.value
         out["numbers"] = dict(self.numbers)
+        out["attribution"] = [dict(a) for a in self.attribution]
         out["fingerprint"] = self.fingerprint
         return out
 
@@ -194,4 +212,5 @@ class AlertEvent:
             raise ValueError(f"severity {data.get('severity')!r}: allowed {', '.join(map(repr, SEVERITIES))}")
         data["status"] = AlertStatus(data["status"])
         data["numbers"] = dict(data.get("numbers") or {})
+        data["attribution"] = [dict(a) for a in data.get("attribution") or ()]
         return cls(**data)

@@ -26,6 +26,7 @@ from alerts.event import (
     UNAUDITED_PRODUCERS,
     UNAUDITED_TRAFFIC,
     Severity,
+    leaders_text,
 )
 from alerts.settings import AlertSettings
 from audit_record import PRODUCER_TIER, window_result
@@ -52,6 +53,8 @@ class Observation:
         window_start_ms, window_end_ms: The window judged, ms since the epoch (None: none).
         numbers: Window numbers (see :data:`NUMBER_FIELDS`).
         suggestion: The window's configuration suggestion, if any.
+        attribution: The partitions that lost the most and their leader brokers, most first (dicts with
+            ``partition``, ``leader``, ``lost``, ``failed``; ``window_result.partition_losses``).
     """
 
     bad: bool | None
@@ -63,6 +66,20 @@ class Observation:
     window_end_ms: int | None = None
     numbers: dict[str, float] = field(default_factory=dict)
     suggestion: str | None = None
+    attribution: tuple[dict[str, Any], ...] = ()
+
+
+ATTRIBUTION_TOP = 3
+"""How many partitions a completeness alert names (the ones that lost the most)."""
+
+
+def attribution_text(losses: list[dict[str, Any]]) -> str:
+    """Say in words where a window lost messages: ``partition 2 (leader broker 3): 120 lost, ...``."""
+    parts = []
+    for a in losses:
+        leader = f"leader broker {a['leader']}" if a.get("leader") is not None else "leader unknown"
+        parts.append(f"partition {a['partition']} ({leader}): {a['lost']:,} lost")
+    return ", ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -211,6 +228,13 @@ class CompletenessRule(WindowRule):
         unique = _num(result, "unique") or 0.0
         loss = _num(result, "loss_rate")
         dup = _num(result, "duplicate_rate")
+        top = window_result.partition_losses(result, top=ATTRIBUTION_TOP)
+        where = (
+            f"; lost most in partition(s) {', '.join(str(a['partition']) for a in top)} "
+            f"led by broker(s) {leaders_text(top)}"
+            if top
+            else ""
+        )
         return _window_obs(
             result,
             bad=value < self.target,
@@ -218,14 +242,16 @@ class CompletenessRule(WindowRule):
             threshold=self.target,
             summary=(
                 f"{result['topic']} ({result['tier']}): completeness {value:.2%} "
-                f"{'below' if value < self.target else 'meets'} target {self.target:.2%}"
+                f"{'below' if value < self.target else 'meets'} target {self.target:.2%}{where}"
             ),
             description=(
                 f"{_where(result)}: {unique:,.0f} of {sent:,.0f} messages arrived"
                 + (f", R_l {loss:.2%}" if loss is not None else "")
                 + (f", R_d {dup:.2%}" if dup is not None else "")
+                + (f". Lost most: {attribution_text(top)}" if top else "")
                 + "."
             ),
+            attribution=tuple(top),
         )
 
     def info(self) -> RuleInfo:

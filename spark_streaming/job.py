@@ -29,7 +29,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 
-from audit_record import now_ms
+from audit_record import now_ms, window_result
 from kafka_plumbing.jvm import jars_dir
 from kafka_plumbing.security import client_config, spark_kafka_options
 from kafka_plumbing.topics import AUDIT_TOPIC_CONFIG, ensure_topic
@@ -149,7 +149,8 @@ class ReconciliationJob:
         if self.s.predict:
             df = df.mapInPandas(make_predict_step(config, list(OUTPUT_COLUMNS)), OUTPUT_SCHEMA)
         rows = [_clean(r.asDict()) for r in df.collect()]
-        results = [r for r in rows if r["kind"] == "result"]
+        # Structure carried as JSON text inside Spark is structure again from here on (sinks, listeners).
+        results = [window_result.from_spark(r) for r in rows if r["kind"] == "result"]
         dead = [r for r in rows if r["kind"] == "dead_letter"]
         late = [r for r in rows if r["kind"] == "late"]
         producers = [r for r in rows if r["kind"] == "producer"]

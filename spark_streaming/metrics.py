@@ -282,6 +282,21 @@ class ResultMetrics:
         )
         self._behind: dict[tuple[str, str], dict[int, int]] = {}
 
+        # Attribution (docs/DESIGN.md, "Attribution"): where a final window's loss happened.
+        self.lost_by_leader = Counter(
+            "kafka_audit_window_lost_messages_by_leader_total",
+            "Messages lost in final windows (sent - unique per partition, or its failed delivery reports "
+            "when unknown), by the broker (node id; '' unknown) that led the partition",
+            (*LABELS, "broker"),
+            registry=r,
+        )
+        self.failed_deliveries = Counter(
+            "kafka_audit_window_failed_deliveries_total",
+            "Failed delivery reports of the producers in final windows, by librdkafka error name",
+            (*LABELS, "error"),
+            registry=r,
+        )
+
         # Known outcomes exported from the start at 0, so increase() sees their first event.
         for outcome in ("stored", *SKIP_REASONS):
             self.training_windows.labels(outcome)
@@ -319,6 +334,7 @@ class ResultMetrics:
             self.unique.labels(*labels).inc(row["unique"])
             self.lost.labels(*labels).inc(max(0, row["sent"] - row["unique"]))
             self.duplicated.labels(*labels).inc(row["duplicated"])
+            self._observe_attribution(labels, row)
             self._observe_unaudited(labels, row)
             self._observe_comparison(labels, row)
         for d in dead:
@@ -326,6 +342,15 @@ class ResultMetrics:
         for lt in late:
             self.late.labels(lt["topic"]).inc(lt["late"] or 0)
         self.observe_producers(producers or [])
+
+    def _observe_attribution(self, labels: tuple[str, str], row: dict[str, Any]) -> None:
+        """Count a final window's loss per leader broker and its failed deliveries per error."""
+        row = window_result.from_spark(row)
+        for broker, lost in window_result.lost_by_leader(row).items():
+            self.lost_by_leader.labels(*labels, _label(broker)).inc(lost)
+        for p in row["partitions"]:
+            for error, n in (p.get("failed_by_error") or {}).items():
+                self.failed_deliveries.labels(*labels, error).inc(n)
 
     def _observe_unaudited(self, labels: tuple[str, str], row: dict[str, Any]) -> None:
         """Count a final window's received and unaudited messages; set its unaudited share and producers."""

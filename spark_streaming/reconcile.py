@@ -8,6 +8,7 @@ the higher offset is the newer one (docs/DESIGN.md, invariant 2).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -16,7 +17,15 @@ from audit_record.record import COUNT_FIELDS
 from audit_record.tiers import TierOrder
 from spark_streaming.rates import completeness, duplicate_rate, loss_rate
 
-_KEEP = ("tier", "producer_id", *COUNT_FIELDS, "latency_p99_ms", "latency_max_ms", "emitted_at_ms")
+_KEEP = (
+    "tier",
+    "producer_id",
+    "partition",
+    *COUNT_FIELDS,
+    "latency_p99_ms",
+    "latency_max_ms",
+    "emitted_at_ms",
+)
 """What a snapshot keeps of an :class:`~audit_record.AuditRecord` (its counters and what orders it)."""
 _NETWORK_KEPT = ("rtt_avg_ms", "tx_retries", "request_timeouts", "tcp_retransmit_pct")
 """What a snapshot keeps of the producer's :class:`~audit_record.NetworkStats`."""
@@ -25,8 +34,9 @@ _NETWORK_KEPT = ("rtt_avg_ms", "tx_retries", "request_timeouts", "tcp_retransmit
 def compact(record: AuditRecord, partition: int, offset: int) -> dict[str, Any]:
     """Keep what reconciliation needs of a snapshot (a JSON-able dict), with its audit-topic position.
 
-    ``config`` holds the producer configuration by name (``window_result.CONFIG_FIELDS``) and
-    ``network`` the network statistics by name, when the record has them.
+    ``config`` holds the producer configuration by name (``window_result.CONFIG_FIELDS``),
+    ``network`` the network statistics by name and ``partitions`` a producer's delivery reports per
+    partition (``audit_record.PartitionDelivery`` as dicts), when the record has them.
     """
     out: dict[str, Any] = {k: getattr(record, k) for k in _KEEP}
     out["order"] = [partition, offset]
@@ -34,6 +44,8 @@ def compact(record: AuditRecord, partition: int, offset: int) -> dict[str, Any]:
         out["config"] = {k: getattr(record.producer_config, k) for k in window_result.CONFIG_FIELDS}
     if record.network is not None:
         out["network"] = {k: getattr(record.network, k) for k in _NETWORK_KEPT}
+    if record.partitions:
+        out["partitions"] = [dataclasses.asdict(p) for p in record.partitions]
     return out
 
 
@@ -151,6 +163,72 @@ def add_tier_view(
         )
 
 
+def partition_breakdown(
+    producers: Iterable[Mapping[str, Any]],
+    tier_snapshots: Iterable[Mapping[str, Any]],
+    audited: set[str],
+) -> list[dict[str, Any]]:
+    """Return the ``partitions`` field of one tier's result: per partition, delivered vs held, and its leader.
+
+    From the producers' delivery reports per partition (``audit_record.PartitionDelivery``): acknowledged,
+    failed and failed by error add up over producers; ``leaders`` is every broker any producer saw lead
+    the partition during the window, in order, and ``leader`` the one the producers that reported the
+    most for the partition name (ties: the lower node id). From the tier's per-partition snapshots of
+    audited producers (``audited``: their producer ids): unique and duplicated. ``sent`` = acknowledged
+    + failed and ``lost`` = sent - unique (floored at 0) only when every producer's reports cover what
+    it sent (acknowledged + failed = sent: settled, ``delivery_reports=all``); else both None, as a
+    producer that reports failures only cannot say where its messages went (docs/DESIGN.md,
+    "Attribution").
+
+    Args:
+        producers: The window's producer-tier snapshots (:func:`compact`).
+        tier_snapshots: The tier's snapshots in the window.
+        audited: Producer ids that reported for the window.
+
+    Returns:
+        One ``window_result.partition_entry`` per partition, by partition.
+    """
+    entries: dict[int, dict[str, Any]] = {}
+    votes: dict[int, dict[int, int]] = {}
+    covered = True
+
+    def entry(partition: int) -> dict[str, Any]:
+        if partition not in entries:
+            entries[partition] = window_result.partition_entry(partition)
+        return entries[partition]
+
+    for s in producers:
+        parts = s.get("partitions") or []
+        if sum(int(p.get("acknowledged") or 0) + int(p.get("failed") or 0) for p in parts) != s["sent"]:
+            covered = False
+        for p in parts:
+            e = entry(int(p["partition"]))
+            acked, failed = int(p.get("acknowledged") or 0), int(p.get("failed") or 0)
+            e["acknowledged"] += acked
+            e["failed"] += failed
+            for error, n in (p.get("failed_by_error") or {}).items():
+                e["failed_by_error"][error] = e["failed_by_error"].get(error, 0) + int(n)
+            for broker in p.get("leaders") or []:
+                if broker not in e["leaders"]:
+                    e["leaders"].append(int(broker))
+            if p.get("leader") is not None:
+                tally = votes.setdefault(e["partition"], {})
+                tally[int(p["leader"])] = tally.get(int(p["leader"]), 0) + acked + failed
+    for s in tier_snapshots:
+        if s.get("producer_id") in audited and int(s.get("partition", -1)) >= 0:
+            e = entry(int(s["partition"]))
+            e["unique"] += int(s["unique"])
+            e["duplicated"] += int(s["duplicated"])
+    for partition, e in entries.items():
+        tally = votes.get(partition)
+        if tally:
+            e["leader"] = min(tally, key=lambda b: (-tally[b], b))
+        if covered:
+            e["sent"] = e["acknowledged"] + e["failed"]
+            e["lost"] = max(0, e["sent"] - e["unique"])
+    return [entries[k] for k in sorted(entries)]
+
+
 def reconcile(
     topic: str,
     window_start_ms: int,
@@ -180,7 +258,8 @@ def reconcile(
     duplicated count only producers that reported (the rest are ``unaudited_producers``). The network
     estimates of the predictor's inputs (Eq. 1): ``delay_ms_est`` D = mean librdkafka broker RTT / 2 (ms),
     ``packet_loss_pct_est`` L = the producers' TCP retransmission ratio (percent, weighted by sent),
-    ``message_size_bytes`` M = value bytes / messages sent (producers reporting bytes).
+    ``message_size_bytes`` M = value bytes / messages sent (producers reporting bytes). ``partitions``
+    breaks each tier's result down by partition (:func:`partition_breakdown`).
     """
     snaps = list(snapshots)
     clusters = list(clusters)
@@ -251,6 +330,7 @@ def reconcile(
                 request_timeouts=sum(n.get("request_timeouts") or 0 for _, n in networks),
                 result_at_ms=result_at,
                 final_wait_ms=final_wait_ms,
+                partitions=partition_breakdown(producers, mine, set(sent_by)),
             )
         )
     add_tier_view(rows, snaps, order, sent, window_end_ms)

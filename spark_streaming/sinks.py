@@ -38,8 +38,32 @@ _ARROW_TYPES = {
     "double": pa.float64(),
     "boolean": pa.bool_(),
 }
-PARQUET_SCHEMA = pa.schema([(n, _ARROW_TYPES[t]) for n, t in window_result.SPARK_TYPES.items()])
-"""Arrow schema of the Parquet results: every window-result field, nullable."""
+_PARTITION_TYPE = pa.list_(
+    pa.struct(
+        [
+            ("partition", pa.int32()),
+            ("leader", pa.int32()),
+            ("leaders", pa.list_(pa.int32())),
+            ("sent", pa.int64()),
+            ("acknowledged", pa.int64()),
+            ("failed", pa.int64()),
+            ("failed_by_error", pa.map_(pa.string(), pa.int64())),
+            ("unique", pa.int64()),
+            ("duplicated", pa.int64()),
+            ("lost", pa.int64()),
+        ]
+    )
+)
+"""Arrow type of ``partitions`` (``PartitionResult`` of ``window_result.avsc``; a map stays a map)."""
+if tuple(_PARTITION_TYPE.value_type.names) != window_result.PARTITION_FIELDS:  # pragma: no cover
+    raise ImportError("the Parquet type of 'partitions' must follow window_result.avsc's PartitionResult")
+PARQUET_SCHEMA = pa.schema(
+    [
+        (n, _PARTITION_TYPE if n in window_result.STRUCTURED_FIELDS else _ARROW_TYPES[t])
+        for n, t in window_result.SPARK_TYPES.items()
+    ]
+)
+"""Arrow schema of the Parquet results: every window-result field, nullable; ``partitions`` as structure."""
 
 
 class SinkError(KafkaAuditError):
@@ -164,6 +188,16 @@ class KafkaResultSink:
             log.warning("closing the results producer failed", exc_info=True)
 
 
+def _arrow_row(row: dict[str, Any]) -> dict[str, Any]:
+    """Return a result row as pyarrow takes it: a map (``failed_by_error``) as (key, value) pairs."""
+    out = dict(row)
+    for name in window_result.STRUCTURED_FIELDS:
+        out[name] = [
+            {**p, "failed_by_error": list((p.get("failed_by_error") or {}).items())} for p in row[name]
+        ]
+    return out
+
+
 class ParquetResultSink:
     """Writes result rows to ``<root>/date=YYYY-MM-DD/batch-<id>.parquet`` (atomic rename, idempotent)."""
 
@@ -182,7 +216,9 @@ class ParquetResultSink:
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"batch-{batch_id:012d}.parquet"
             tmp = folder / f".batch-{batch_id:012d}.parquet.tmp"
-            table = pa.Table.from_pylist([window_result.only_fields(r) for r in rows], schema=PARQUET_SCHEMA)
+            table = pa.Table.from_pylist(
+                [_arrow_row(window_result.only_fields(r)) for r in rows], schema=PARQUET_SCHEMA
+            )
             pq.write_table(table, tmp)
             os.replace(tmp, path)
             written.append(path)

@@ -58,6 +58,8 @@ _COLUMNS = OUTPUT_COLUMNS
 
 
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Output rows as a frame; result rows carry their structure as JSON text (``window_result.to_spark``)."""
+    rows = [window_result.to_spark(r) if r.get("kind") == "result" else r for r in rows]
     return pd.DataFrame([{c: r.get(c) for c in _COLUMNS} for r in rows], columns=_COLUMNS)
 
 
