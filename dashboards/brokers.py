@@ -12,6 +12,10 @@ ms); under-replicated and offline partitions, ISR shrinks and expands, partition
 elections (``ReplicaManager``, ``KafkaController``, ``ControllerStats``); network processor and request
 handler idle ratios; process CPU, JVM heap used and GC time (the agent's JVM collectors).
 
+The first panel is the audit's own: messages lost in final windows per leader broker
+(``kafka_audit_window_lost_messages_by_leader_total`` from kafka-audit's exporter; docs/DESIGN.md,
+"Attribution"), so a lossy window reads straight down to the broker that led the partitions it lost in.
+
 All panels are time series of one width with a fixed y-axis width and a shared tooltip, so their time
 axes line up: a spike on one broker reads straight across to the others, and firing kafka-audit alerts
 (``kafka_audit_alerts_firing``) are annotations on every panel, so a lossy window lines up with the
@@ -47,21 +51,13 @@ WHO = "broker {{broker}}"
 WIDTH = 12
 AXIS_WIDTH = 64
 
-# TODO(lead, issue 16 item 2 -- attribution of loss to partitions and leader brokers): once the Spark job
-# exports the loss per leader broker, add the panel "Audit loss per leader broker" as the FIRST panel of the
-# first row (before "Bytes in per second"), built with :func:`_panel` like the others so it shares the time
-# axis:
-#     _panel("Audit loss per leader broker", "Messages the audit found lost in final windows, by the broker "
-#            "that led their partition during the window (5-minute increase).",
-#            [query(LOSS_BY_LEADER_EXPR, WHO)], "short")
-# and add ``kafka_audit_window_lost_messages_by_leader_total`` to CONTRACT_METRICS in
-# tests/unit/test_dashboards.py. Its ``broker`` label must hold the leader's node.id as a string ("1",
-# "2", ...), as the exporters' target label does, so that $broker filters both. Not added yet: no
-# exporter produces the metric, and tests/integration/test_broker_metrics.py requires every panel query
-# of this dashboard to return data.
-LOSS_BY_LEADER_EXPR = (
-    f"sum by (broker) (increase(kafka_audit_window_lost_messages_by_leader_total{{{SEL}}}[5m]))"
-)
+#: The audit's loss per leader broker (docs/DESIGN.md, "Attribution"), from kafka-audit's exporter (the
+#: Spark job), not the brokers': its ``broker`` label is the leader's node.id as text ("1", "2", ...), as
+#: the exporters' target label, so ``$broker`` filters it too. A series appears once a final window lost
+#: messages in a partition that broker led.
+LOSS_BY_LEADER_METRIC = "kafka_audit_window_lost_messages_by_leader_total"
+LOSS_BY_LEADER_TITLE = "Audit loss per leader broker"
+LOSS_BY_LEADER_EXPR = f"sum by (broker) (increase({LOSS_BY_LEADER_METRIC}{{{SEL}}}[5m]))"
 
 
 def broker_variable() -> QueryVariable:
@@ -108,6 +104,16 @@ def _p99(histogram: str, request: str) -> str:
 def _throughput_row(d: Dashboard) -> Dashboard:
     return (
         d.with_row(Row("Throughput and errors"))
+        .with_panel(
+            _panel(
+                LOSS_BY_LEADER_TITLE,
+                "Messages the audit found lost in final windows, by the broker that led their partition "
+                "during the window (5-minute increase; the producers' metadata names the leader). A bar "
+                "here lines up with that broker's failed requests, request times and ISR changes below.",
+                [query(LOSS_BY_LEADER_EXPR, WHO)],
+                "short",
+            )
+        )
         .with_panel(
             _panel(
                 "Bytes in per second",

@@ -19,7 +19,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from dashboards.brokers import LOSS_BY_LEADER_EXPR, UID, broker_dashboard
+from dashboards.brokers import (
+    LOSS_BY_LEADER_EXPR,
+    LOSS_BY_LEADER_METRIC,
+    LOSS_BY_LEADER_TITLE,
+    UID,
+    broker_dashboard,
+)
 from dashboards.build import dashboard_json, dashboards, iter_queries
 from kafka_audit.cli import app
 from kafka_plumbing import jmx_exporter
@@ -408,7 +414,8 @@ def test_every_query_is_per_broker_and_uses_the_exporters_metrics(model):
     used = set()
     for q in queries:
         names = set(METRIC.findall(q.expr))
-        assert names and names <= BROKER_METRICS, f"{q.panel}: {names - BROKER_METRICS}"
+        allowed = BROKER_METRICS | {LOSS_BY_LEADER_METRIC}  # the audit's own: kafka-audit's exporter
+        assert names and names <= allowed, f"{q.panel}: {names - allowed}"
         assert 'broker=~"$broker"' in q.expr and "by (broker" in q.expr, q
         used |= names
     # what the issue asks for, per broker
@@ -455,9 +462,45 @@ def test_one_time_axis_broker_variable_and_alert_annotation(model):
     assert annotation["titleFormat"] == "{{alertname}}"
 
 
-def test_loss_per_leader_broker_panel_is_left_for_item_2(model):
-    """The panel waits for issue 16 item 2 (no metric yet): a TODO in dashboards/brokers.py."""
-    assert "kafka_audit_window_lost_messages_by_leader_total" in LOSS_BY_LEADER_EXPR
-    assert "TODO(lead, issue 16 item 2" in (REPO / "dashboards/brokers.py").read_text()
-    titles = {p["title"] for p in model["panels"]}
-    assert "Audit loss per leader broker" not in titles
+def test_loss_per_leader_broker_panel_is_first_and_queries_the_job_metric(model):
+    """Issue 16 item 2: the audit's loss per leader broker, first panel, on the brokers' time axis."""
+    panels = [p for p in model["panels"] if p["type"] != "row"]
+    first = panels[0]
+    assert first["title"] == LOSS_BY_LEADER_TITLE
+    [target] = first["targets"]
+    assert target["expr"] == LOSS_BY_LEADER_EXPR
+    assert LOSS_BY_LEADER_EXPR == (
+        'sum by (broker) (increase(kafka_audit_window_lost_messages_by_leader_total{broker=~"$broker"}[5m]))'
+    )
+    assert first["gridPos"]["w"] == panels[1]["gridPos"]["w"]
+    assert "TODO(lead, issue 16 item 2" not in (REPO / "dashboards/brokers.py").read_text()
+    # The Spark job exports it with a broker label that is the leader's node.id, as the target label.
+    from audit_record import window_result
+    from spark_streaming.metrics import ResultMetrics
+
+    metrics = ResultMetrics()
+    row = window_result.blank(
+        topic="t",
+        window_start_ms=0,
+        window_end_ms=5_000,
+        tier="cluster:a",
+        state="final",
+        sent=10,
+        unique=7,
+        duplicated=0,
+        partitions=[
+            window_result.partition_entry(0, leader=2, leaders=[2], sent=5, unique=2, lost=3, failed=3),
+            window_result.partition_entry(1, leader=1, leaders=[1], sent=5, unique=5, lost=0),
+        ],
+    )
+    metrics.observe([row], [], [])
+    value = metrics.registry.get_sample_value(
+        f"{LOSS_BY_LEADER_METRIC}", {"topic": "t", "tier": "cluster:a", "broker": "2"}
+    )
+    assert value == 3
+    assert (
+        metrics.registry.get_sample_value(
+            LOSS_BY_LEADER_METRIC, {"topic": "t", "tier": "cluster:a", "broker": "1"}
+        )
+        is None
+    )

@@ -66,6 +66,7 @@ CONTRACT_METRICS = {
     "kafka_audit_tier_lag_seconds",
     "kafka_audit_tier_behind_messages",
     "kafka_audit_tier_duplicates_added_total",
+    "kafka_audit_window_lost_messages_by_leader_total",
 }
 ALERT_NAMES = {
     "KafkaAuditCompletenessBelowTarget",
