@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -57,10 +58,95 @@ def fingerprint(name: str = "audit_record") -> bytes:
     return bytes.fromhex(hexdigest)[::-1]
 
 
+def _without_logical_types(t: Any) -> Any:
+    if isinstance(t, list):
+        return [_without_logical_types(x) for x in t]
+    if not isinstance(t, dict):
+        return t
+    out = {k: _without_logical_types(v) for k, v in t.items() if k != "logicalType"}
+    if "fields" in t:
+        out["fields"] = [{**f, "type": _without_logical_types(f["type"])} for f in t["fields"]]
+    return out
+
+
+@cache
+def reading_schema(name: str = "audit_record") -> dict[str, Any]:
+    """Return schema ``name`` parsed for reading: logical types dropped, so ``timestamp-millis`` is a long.
+
+    fastavro turns a ``timestamp-millis`` into a ``datetime``, which holds only the years 1-9999: a
+    record with any other (valid ``long``) timestamp was written but could not be read back. The
+    canonical form, so the fingerprint, is that of :func:`schema`.
+    """
+    return fastavro.parse_schema(_without_logical_types(json.loads(schema_json(name))))
+
+
 @cache
 def writer_schemas(name: str) -> dict[bytes, dict[str, Any]]:
-    """Return fingerprint -> parsed writer schema for ``name`` and its :data:`WRITER_VERSIONS`."""
-    return {fingerprint(v): schema(v) for v in (name, *WRITER_VERSIONS.get(name, ()))}
+    """Return fingerprint -> writer schema (parsed for reading) of ``name`` and :data:`WRITER_VERSIONS`."""
+    return {fingerprint(v): reading_schema(v) for v in (name, *WRITER_VERSIONS.get(name, ()))}
+
+
+INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
+"""Range of an Avro ``int`` (32-bit signed). fastavro's reader takes any varint up to 64 bits for an
+``int``: a value outside this range would decode, then fail wherever it is written again (Avro, Spark's
+``int`` columns)."""
+
+_Check = Callable[[Any], str | None]
+
+
+def _int_check(t: Any, names: dict[str, Any]) -> _Check | None:
+    """Return a function finding an out-of-range ``int`` in a value of parsed type ``t`` (None: no ints)."""
+    if isinstance(t, str):
+        if t in names:
+            return _int_check(names[t], names)
+        if t != "int":
+            return None
+
+        def check_int(v: Any) -> str | None:
+            return None if not isinstance(v, int) or INT_MIN <= v <= INT_MAX else f"int {v} out of range"
+
+        return check_int
+    if isinstance(t, list):
+        checks = [c for c in (_int_check(b, names) for b in t) if c is not None]
+        if not checks:
+            return None
+
+        def check_union(v: Any) -> str | None:
+            return next((e for e in (c(v) for c in checks) if e), None) if v is not None else None
+
+        return check_union
+    kind = t["type"]
+    if kind == "record":
+        names[t["name"]] = t
+        fields = [(f["name"], c) for f in t["fields"] if (c := _int_check(f["type"], names)) is not None]
+        if not fields:
+            return None
+
+        def check_record(v: Any) -> str | None:
+            if not isinstance(v, dict):
+                return None
+            for name, check in fields:
+                if (err := check(v.get(name))) is not None:
+                    return f"{name}: {err}"
+            return None
+
+        return check_record
+    if kind in ("array", "map"):
+        inner = _int_check(t["items"] if kind == "array" else t["values"], names)
+        if inner is None:
+            return None
+
+        def check_items(v: Any) -> str | None:
+            items = v.values() if isinstance(v, dict) else v or ()
+            return next((e for e in map(inner, items) if e), None)
+
+        return check_items
+    return _int_check(kind, names) if isinstance(kind, str | list) else None
+
+
+@cache
+def _range_check(name: str) -> _Check | None:
+    return _int_check(reading_schema(name), {})
 
 
 def encode_object(name: str, data: dict[str, Any]) -> bytes:
@@ -79,7 +165,8 @@ def decode_object(name: str, value: bytes) -> dict[str, Any]:
     schema: fields it lacks get their defaults.
 
     Raises:
-        MalformedRecordError: ``bad_magic``, ``wrong_schema`` or ``undecodable``.
+        MalformedRecordError: ``bad_magic``, ``wrong_schema`` or ``undecodable`` (also for an ``int``
+            outside 32 bits, which fastavro's reader lets through).
     """
     if len(value) < _HEADER_LEN or value[:2] != SINGLE_OBJECT_MAGIC:
         raise MalformedRecordError("bad_magic", f"not an Avro single object (first bytes {value[:4].hex()})")
@@ -88,7 +175,7 @@ def decode_object(name: str, value: bytes) -> dict[str, Any]:
         raise MalformedRecordError(
             "wrong_schema", f"schema fingerprint {value[2:_HEADER_LEN].hex()} is not {name}"
         )
-    reader = schema(name)
+    reader = reading_schema(name)
     buf = io.BytesIO(value)
     buf.seek(_HEADER_LEN)
     try:
@@ -97,6 +184,9 @@ def decode_object(name: str, value: bytes) -> dict[str, Any]:
         raise MalformedRecordError("undecodable", f"{type(exc).__name__}: {exc}") from exc
     if buf.tell() != len(value):
         raise MalformedRecordError("undecodable", f"{len(value) - buf.tell()} trailing bytes")
+    check = _range_check(name)
+    if check is not None and (problem := check(data)) is not None:
+        raise MalformedRecordError("undecodable", problem)
     return dict(data)
 
 

@@ -8,6 +8,7 @@ truth, so re-sending one is harmless and a lost one is healed by the next.
 from __future__ import annotations
 
 import dataclasses
+import math
 import socket
 import time
 import uuid
@@ -221,7 +222,8 @@ class AuditRecord:
 
         Raises:
             MalformedRecordError: ``reason`` is one of ``bad_tier``, ``bad_window``, ``negative_count``,
-                ``inconsistent_counts``.
+                ``inconsistent_counts``, ``bad_value`` (a number that is NaN or infinite: no writer makes
+                one, and one NaN latency made a window's result depend on the snapshots' order).
         """
         if self.tier != PRODUCER_TIER and not any(
             self.tier.startswith(prefix) and len(self.tier) > len(prefix) for prefix in TIER_PREFIXES
@@ -251,6 +253,11 @@ class AuditRecord:
                 "inconsistent_counts",
                 f"unique={self.unique}, duplicated={self.duplicated} exceed received={self.received}",
             )
+        for part in (self, self.producer_config, self.network):
+            for name in _FLOAT_FIELDS.get(type(part), ()):
+                value = getattr(part, name)
+                if value is not None and not math.isfinite(value):
+                    raise MalformedRecordError("bad_value", f"{name}={value}")
         return self
 
     def to_avro(self) -> dict[str, Any]:
@@ -274,3 +281,11 @@ class AuditRecord:
             for p in values.get("partitions") or ()
         ]
         return cls(**values)
+
+
+_FLOAT_FIELDS: dict[type, tuple[str, ...]] = {
+    AuditRecord: ("latency_p50_ms", "latency_p99_ms", "latency_max_ms"),
+    ProducerConfig: ("linger_ms", "poll_interval_ms"),
+    NetworkStats: ("rtt_avg_ms", "rtt_p99_ms", "tcp_retransmit_pct"),
+}
+"""The ``double`` fields of a record and its parts, which :meth:`AuditRecord.validate` requires finite."""
