@@ -344,8 +344,15 @@ class ResultMetrics:
         self.observe_producers(producers or [])
 
     def _observe_attribution(self, labels: tuple[str, str], row: dict[str, Any]) -> None:
-        """Count a final window's loss per leader broker and its failed deliveries per error."""
+        """Count a final window's loss per leader broker and its failed deliveries per error.
+
+        Every leader of the window gets its series (at 0 until it loses), so Prometheus' ``increase()``
+        sees a broker's first loss as an increase rather than as the series' first value.
+        """
         row = window_result.from_spark(row)
+        for p in row["partitions"]:
+            if p.get("leader") is not None:
+                self.lost_by_leader.labels(*labels, _label(p["leader"]))
         for broker, lost in window_result.lost_by_leader(row).items():
             self.lost_by_leader.labels(*labels, _label(broker)).inc(lost)
         for p in row["partitions"]:
