@@ -56,6 +56,16 @@ log = logging.getLogger(__name__)
 COMPONENT = "audit-consumer"
 
 
+FETCH_QUEUE_BACKOFF_MS = 10
+"""librdkafka ``fetch.queue.backoff.ms`` of the audit consumer's input consumer, ms (librdkafka's default:
+1000). When the pre-fetch queue holds ``queued.min.messages`` (100,000) messages or
+``queued.max.messages.kbytes``, librdkafka postpones each partition's next fetch by this long
+(``rdkafka_fetcher.c``, ``rd_kafka_toppar_fetch_decide``). With the default, a consumer that drains the
+queue in under a second waits out the rest of that second with nothing to read: reading a backlog of
+100-byte messages it ran at 120,000-250,000 msg/s depending on the phase, at a quarter of one core's
+CPU (issue 17; ``bench/audit_consumer.py`` prints both). 10 ms keeps the same memory bound and costs
+one fetch decision per partition every 10 ms while the queue is full. ``extra_config`` overrides it."""
+
 REWIND_TIMEOUT_S = 120
 """How long a rewind waits for the group's committed offsets (see :func:`committed_offsets`), s."""
 
@@ -136,6 +146,7 @@ class AuditConsumer:
         self._naming = settings.replication_naming
         self._consumer = Consumer(
             {
+                "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,  # before base: extra_config overrides
                 **base,
                 "group.id": settings.group,
                 "enable.auto.commit": False,

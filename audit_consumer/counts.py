@@ -258,26 +258,38 @@ def count_batch(
     cut = -nbytes  # the stamp is producer_id || sequence (SEQUENCE_BYTES bytes)
     valid = valid_pids
     received, duplicated, size, dirty, seqs_at, lats_at = RECEIVED, DUPLICATED, BYTES, DIRTY, SEQS, LATS
-    last_key: tuple[str, int] | None = None
+    last_topic: str | None = None
+    last_part = -1
     st: PartitionCounts | None = None
+    last: Any = None  # the run's last message of an assigned partition: its offset is committed
     wm = 1
     first_open = 0
     buckets: dict[tuple[int, bytes | None], list] = {}
     max_ts = -1
     n = 0
+    # The previous message's open bucket: producers write record batches, so consecutive messages of a
+    # partition mostly share (window, producer id); the bucket, its latency list's append and its sequence
+    # set are then reused without a dict lookup (c_lo <= ts < c_hi is ts's window being c_lo).
+    c_pid: bytes | None = None
+    c_lo = c_hi = 0  # empty range: no bucket yet
+    b: list = []
+    lats_append: Callable[[int], None] = b.append
+    seqs: Any = None
     for m in msgs:
         if m.error() is not None:
             on_error(m)
             continue
         topic, part = m.topic(), m.partition()
-        if last_key is None or last_key[1] != part or last_key[0] != topic:
+        if part != last_part or topic != last_topic:
             if st is not None:
                 st.watermark_ms = max(st.watermark_ms, max_ts)
-            last_key = (topic, part)
-            st = parts.get(last_key)
+                st.next_offset = last.offset() + 1
+            last_topic, last_part = topic, part
+            st = parts.get((topic, part))
+            c_lo = c_hi = 0
             if st is None:  # not assigned any more (rebalance inside this batch)
                 continue
-            on_partition(last_key)
+            on_partition((topic, part))
             st.dirty = True
             wm = st.window_ms
             first_open = st.first_open_start_ms
@@ -285,7 +297,7 @@ def count_batch(
             max_ts = st.watermark_ms
         elif st is None:
             continue
-        st.next_offset = m.offset() + 1
+        last = m
         ts_type, ts = m.timestamp()
         if ts_type == 0:  # TIMESTAMP_NOT_AVAILABLE
             dead_letter(m, "no_timestamp", "message has no timestamp")
@@ -298,31 +310,38 @@ def count_batch(
         else:
             pid = stamp[:cut]
             seq = int.from_bytes(stamp[cut:], order)
-            if len(stamp) <= nbytes or seq >= limit or not (valid.get(pid) or check_pid(valid, pid)):
+            # c_pid, when not None, is a valid id, so a stamp that starts with it is longer than nbytes
+            if seq >= limit or (
+                pid != c_pid and (len(stamp) <= nbytes or not (valid.get(pid) or check_pid(valid, pid)))
+            ):
                 dead_letter(m, "bad_stamp", f"audit stamp header of {len(stamp)} bytes is malformed")
                 continue
         n += 1
         if ts > max_ts:
             max_ts = ts
-        start = ts - ts % wm
-        if start < first_open:
-            st.observe(ts, pid, seq, 0, 0)  # late: counted on the closed window's counters
-            continue
-        b = buckets.get((start, pid))
-        if b is None:
-            b = buckets[(start, pid)] = new_bucket()
+        if not (c_lo <= ts < c_hi and pid == c_pid):
+            start = ts - ts % wm
+            if start < first_open:
+                st.observe(ts, pid, seq, 0, 0)  # late: counted on the closed window's counters
+                continue
+            b = buckets.get((start, pid))
+            if b is None:
+                b = buckets[(start, pid)] = new_bucket()
+            b[dirty] = 1
+            c_pid, c_lo, c_hi = pid, start, start + wm
+            lats_append = b[lats_at].append
+            seqs = b[seqs_at]
         b[received] += 1
         v = m.value()
         if v is not None:
             b[size] += len(v)
-        b[lats_at].append(now_ms - ts)
-        b[dirty] = 1
+        lats_append(now_ms - ts)
         if pid is not None:
-            seqs = b[seqs_at]
             if seq in seqs:
                 b[duplicated] += 1
             else:
                 seqs.add(seq)
     if st is not None:
         st.watermark_ms = max(st.watermark_ms, max_ts)
+        st.next_offset = last.offset() + 1
     return n
