@@ -42,6 +42,7 @@ from alerts.state_file import AlertStateFile
 
 if TYPE_CHECKING:
     from spark_streaming.job import ReconciliationJob
+    from spark_streaming.settings import SparkJobSettings
 
 log = logging.getLogger(__name__)
 
@@ -218,11 +219,24 @@ ALERT_STATE_FILE = "alerts-state.json"
 """The alert pipeline's state (:mod:`alerts.state_file`), kept in the job's checkpoint directory."""
 
 
+def job_emit_delay_ms(s: SparkJobSettings) -> int:
+    """Return how long after a window's wait ends the job may take to emit its final result, ms.
+
+    Event time reaches the window's end + wait + watermark delay with the next heartbeat; the micro-batch
+    that reads it (up to one trigger interval later) moves the watermark, the next one (another interval)
+    emits the final result and takes up to one more interval: ``heartbeat_ms + watermark_delay_ms +
+    3 * trigger_ms``. The audit-lag rule's margin must cover it, or every window of a job with a long
+    trigger interval fires KafkaAuditAuditLag (found by the soak, issue 18).
+    """
+    return s.heartbeat_ms + s.watermark_delay_ms + 3 * s.trigger_ms
+
+
 def attach_to_job(job: ReconciliationJob, settings: AlertSettings) -> AlertPipeline:
     """Evaluate the alert rules on every micro-batch of ``job``; call before ``job.start()``.
 
     The alerts topic goes to the job's cluster, with the job's security settings, unless
-    ``settings.bootstrap_servers`` names another; ``settings.grace_ms`` defaults to the job's grace, and
+    ``settings.bootstrap_servers`` names another; ``settings.grace_ms`` defaults to the job's grace,
+    ``settings.audit_lag_margin_ms`` to at least the job's own emit delay (:func:`job_emit_delay_ms`), and
     the job's gamma target (topics without their own) to ``settings.gamma_target`` when the job names
     none and the alert settings name one. The pipeline's state (firing alerts, judged windows,
     undelivered events) lives in the job's checkpoint directory (:data:`ALERT_STATE_FILE`), so it
@@ -238,6 +252,9 @@ def attach_to_job(job: ReconciliationJob, settings: AlertSettings) -> AlertPipel
 
     if "grace_ms" not in settings.model_fields_set:
         settings = settings.model_copy(update={"grace_ms": job.s.grace_ms})
+    if "audit_lag_margin_ms" not in settings.model_fields_set:
+        margin = max(settings.audit_lag_margin_ms, job_emit_delay_ms(job.s))
+        settings = settings.model_copy(update={"audit_lag_margin_ms": margin})
     if job.s.gamma_target is None and settings.gamma_target is not None:
         job.gamma_target = settings.gamma_target
     sinks: list[AlertSink] = sinks_from_settings(settings)

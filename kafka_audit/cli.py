@@ -783,7 +783,7 @@ def _print_instance(st: dict[str, Any]) -> None:
 def _register_package_commands() -> None:
     import importlib
 
-    for package in ("testbed", "predictor", "alerts", "dashboards", "control_loop"):
+    for package in ("testbed", "soak", "predictor", "alerts", "dashboards", "control_loop"):
         module = importlib.import_module(f"{package}.cli")
         module.register(app)
     importlib.import_module("kafka_audit.mirror_cli").register(app)  # `mirror ...` and `tiers`

@@ -1,0 +1,342 @@
+"""How a soak is judged (issue 18's acceptance), as pure functions of its records.
+
+* **Windows** (:func:`compare_windows`): every final window result of a cluster tier must hold exactly
+  what the verifier (:mod:`testbed.verify`) counts in the topic for that window: ``sent`` (from the
+  producers' final snapshots), ``unique`` and ``duplicated`` (from the stamps in the topic); a window
+  the verifier saw sent messages in must have a final result.
+* **Alerts** (:func:`classify_alerts`): each chaos event covers ``[start, end + settle_ms]``
+  (``end``: the faulty component is back). A firing alert is a *chaos* alert when the window it judged
+  overlaps a covered span, or when it started inside a covered span extended by ``judge_ms`` (how long
+  a window hit by the fault takes to be judged: the window, its final wait); any other firing alert is
+  a *false* alert. Info events (model and control-loop decisions) are not alerts.
+* **Memory** (:func:`rss_growth`): per component, RSS at the end against RSS at ``baseline_minute``
+  (10) of the same process; a component restarted after that minute is measured from 10 minutes after
+  its last start, when it lived at least ``min_span_min`` more minutes, else not judged.
+* **Micro-batches** (:func:`batch_stats`): p50 / p99 / max of Spark's ``triggerExecution`` durations,
+  over all micro-batches and without the first of each driver start (query start-up and state reload
+  after a SIGKILL, not steady state).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+INFO_ALERTS = (
+    "KafkaAuditModelPromoted",
+    "KafkaAuditModelRejected",
+    "KafkaAuditConfigChanged",
+    "KafkaAuditConfigRolledBack",
+    "KafkaAuditConfigKept",
+    "KafkaAuditConfigAdvice",
+    "KafkaAuditConfigNotApplied",
+)
+"""Decision events on the alerts topic (``docs/DESIGN.md``, "Alert events"): events, not alerts."""
+
+COMPARED = ("sent", "unique", "duplicated")
+"""Counts of a window result that must equal the verifier's."""
+
+
+@dataclass(frozen=True)
+class WindowCheck:
+    """One final window against the verifier.
+
+    Attributes:
+        topic, window_start_ms, tier: The window result's key.
+        exact: True when every count of :data:`COMPARED` equals the verifier's.
+        counted: The result's counts (None: no final result for a window the verifier has).
+        truth: The verifier's counts.
+    """
+
+    topic: str
+    window_start_ms: int
+    tier: str
+    exact: bool
+    counted: dict[str, int] | None
+    truth: dict[str, int]
+
+
+def compare_windows(
+    results: Iterable[Mapping[str, Any]],
+    truth: Mapping[str, Mapping[int, Mapping[str, int]]],
+    tiers: Sequence[str],
+) -> list[WindowCheck]:
+    """Compare final window results with the verifier, per (topic, window, cluster tier).
+
+    Args:
+        results: Final window results (newest per key), any tiers; rows of other tiers are ignored.
+        truth: topic -> window start -> the verifier's totals (``testbed.verify.totals_by_window``).
+        tiers: The cluster tiers that must have a result for every window, e.g. ``["cluster:soak"]``.
+
+    Returns:
+        One check per (topic, window, tier) the results or the verifier have (windows the verifier saw
+        nothing sent in and no result names are not listed).
+    """
+    by_key = {(r["topic"], int(r["window_start_ms"]), r["tier"]): r for r in results if r["tier"] in tiers}
+    keys = set(by_key)
+    for topic, windows in truth.items():
+        for start, t in windows.items():
+            if t.get("sent", 0) or t.get("received", 0):
+                keys |= {(topic, int(start), tier) for tier in tiers}
+    checks = []
+    for topic, start, tier in sorted(keys):
+        t = {k: int(truth.get(topic, {}).get(start, {}).get(k, 0)) for k in COMPARED}
+        row = by_key.get((topic, start, tier))
+        counted = None if row is None else {k: int(row.get(k) or 0) for k in COMPARED}
+        checks.append(WindowCheck(topic, start, tier, counted == t, counted, t))
+    return checks
+
+
+@dataclass(frozen=True)
+class ChaosSpan:
+    """A chaos event as it happened: label, start and end (component back), ms since the epoch."""
+
+    label: str
+    started_ms: int
+    ended_ms: int
+
+
+@dataclass
+class AlertVerdict:
+    """One firing alert and its period.
+
+    Attributes:
+        alertname, topic, tier, source: Labels; ``source`` is ``job`` (alerts topic) or ``prometheus``.
+        starts_at_ms: When it started firing, ms.
+        window_start_ms, window_end_ms: The window it judged (None for alerts without one).
+        chaos: The chaos event it is attributed to; None: a false alert (healthy period).
+    """
+
+    alertname: str
+    topic: str
+    tier: str
+    source: str
+    starts_at_ms: int
+    window_start_ms: int | None = None
+    window_end_ms: int | None = None
+    chaos: str | None = None
+
+    @property
+    def false_alert(self) -> bool:
+        """True when the alert fired in a healthy period."""
+        return self.chaos is None
+
+
+def classify_alerts(
+    alerts: Iterable[Mapping[str, Any]], spans: Sequence[ChaosSpan], settle_ms: int, judge_ms: int
+) -> list[AlertVerdict]:
+    """Attribute each firing alert to a chaos event or call it false (see the module docstring).
+
+    Args:
+        alerts: Alert dicts with ``alertname``, ``topic``, ``tier``, ``starts_at_ms``, optional
+            ``window_start_ms``/``window_end_ms``, ``status`` (only ``firing`` ones count; one per
+            episode) and ``source``.
+        spans: The chaos events.
+        settle_ms: Extra time after each event's end that still counts as chaos, ms.
+        judge_ms: How long after a window starts it is judged at the latest, ms (window + final wait).
+    """
+    out: list[AlertVerdict] = []
+    seen: set[tuple[str, str, str, int]] = set()
+    for a in sorted(alerts, key=lambda a: int(a["starts_at_ms"])):
+        if a.get("status", "firing") != "firing" or a["alertname"] in INFO_ALERTS:
+            continue
+        key = (a["alertname"], a.get("topic") or "", a.get("tier") or "", int(a["starts_at_ms"]))
+        if key in seen:
+            continue
+        seen.add(key)
+        ws, we = a.get("window_start_ms"), a.get("window_end_ms")
+        v = AlertVerdict(
+            alertname=a["alertname"],
+            topic=a.get("topic") or "",
+            tier=a.get("tier") or "",
+            source=a.get("source", "job"),
+            starts_at_ms=int(a["starts_at_ms"]),
+            window_start_ms=None if ws is None else int(ws),
+            window_end_ms=None if we is None else int(we),
+        )
+        for s in spans:
+            end = s.ended_ms + settle_ms
+            window_hit = ws is not None and we is not None and int(ws) < end and int(we) > s.started_ms
+            started_hit = s.started_ms <= v.starts_at_ms <= end + judge_ms
+            if window_hit or started_hit:
+                v.chaos = s.label
+                break
+        out.append(v)
+    return out
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Return the ``q``-th percentile (0-100) by nearest rank (NaN for no values)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return float(ordered[rank - 1])
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """Micro-batch durations (Spark ``triggerExecution``), ms."""
+
+    count: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    steady_count: int
+    steady_p50_ms: float
+    steady_p99_ms: float
+    steady_max_ms: float
+
+
+def batch_stats(progress: Sequence[Mapping[str, Any]]) -> BatchStats:
+    """p50 / p99 / max over every micro-batch, and over all but the first of each driver process."""
+    ordered = sorted(progress, key=lambda r: (r["at_ms"], r["batch_id"]))
+    all_ms = [float(r["duration_ms"]) for r in ordered]
+    firsts: set[int] = set()
+    seen_pids: set[int] = set()
+    for i, r in enumerate(ordered):
+        if r.get("pid") not in seen_pids:
+            seen_pids.add(r.get("pid"))  # type: ignore[arg-type]
+            firsts.add(i)
+    steady = [d for i, d in enumerate(all_ms) if i not in firsts]
+    return BatchStats(
+        len(all_ms),
+        percentile(all_ms, 50),
+        percentile(all_ms, 99),
+        max(all_ms, default=math.nan),
+        len(steady),
+        percentile(steady, 50),
+        percentile(steady, 99),
+        max(steady, default=math.nan),
+    )
+
+
+@dataclass
+class Growth:
+    """RSS growth of one component.
+
+    Attributes:
+        component: Its name.
+        from_minute, to_minute: The samples compared (minutes since the load started; None: not judged).
+        rss_from, rss_to: RSS there, bytes.
+        growth: rss_to / rss_from - 1 (fraction; None: not judged).
+        note: Why it was not judged, or which incarnation was measured.
+    """
+
+    component: str
+    from_minute: float | None = None
+    to_minute: float | None = None
+    rss_from: int | None = None
+    rss_to: int | None = None
+    growth: float | None = None
+    note: str = ""
+
+
+def rss_growth(
+    samples: Sequence[Mapping[str, Any]],
+    load_start_ms: int,
+    baseline_minute: float = 10.0,
+    min_span_min: float = 15.0,
+) -> list[Growth]:
+    """RSS growth per component between ``baseline_minute`` (or 10 minutes after its last start) and the end.
+
+    Args:
+        samples: Per-component samples with ``component``, ``at_ms``, ``pid``, ``rss_bytes``.
+        load_start_ms: Minute 0.
+        baseline_minute: The first minute compared.
+        min_span_min: A restarted component's last incarnation is judged only when at least this many
+            minutes lie between its baseline and the last sample.
+    """
+    by_component: dict[str, list[Mapping[str, Any]]] = {}
+    for s in samples:
+        by_component.setdefault(s["component"], []).append(s)
+    out = []
+    for name, rows in sorted(by_component.items()):
+        rows = sorted((r for r in rows if r.get("pid")), key=lambda r: r["at_ms"])
+        g = Growth(name)
+        out.append(g)
+        if not rows:
+            g.note = "never sampled running"
+            continue
+        last = rows[-1]
+        same = [r for r in rows if r["pid"] == last["pid"]]
+        first_at = same[0]["at_ms"]
+        minute = lambda ms: (ms - load_start_ms) / 60_000  # noqa: E731
+        restarted = minute(first_at) > 1.0  # started (again) after the load began
+        base_min = max(baseline_minute, minute(first_at) + 10.0) if restarted else baseline_minute
+        if (
+            minute(last["at_ms"]) - base_min < (min_span_min if restarted else 0.0)
+            or minute(last["at_ms"]) <= base_min
+        ):
+            g.note = f"last started at minute {minute(first_at):.0f}: too short to judge"
+            continue
+        base = min(same, key=lambda r: abs(minute(r["at_ms"]) - base_min))
+        if not base["rss_bytes"]:
+            g.note = "no RSS at the baseline"
+            continue
+        g.from_minute, g.to_minute = round(minute(base["at_ms"]), 1), round(minute(last["at_ms"]), 1)
+        g.rss_from, g.rss_to = int(base["rss_bytes"]), int(last["rss_bytes"])
+        g.growth = g.rss_to / g.rss_from - 1
+        if restarted:
+            g.note = f"incarnation started at minute {minute(first_at):.0f}"
+    return out
+
+
+@dataclass
+class Verdict:
+    """The soak's acceptance numbers (issue 18)."""
+
+    windows_total: int = 0
+    windows_exact: int = 0
+    false_alerts: int = 0
+    chaos_alerts: int = 0
+    max_rss_growth: float | None = None
+    rss_limit: float = 0.10
+    batches: BatchStats | None = None
+    trigger_ms: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """True when every criterion holds (``failures`` empty)."""
+        return not self.failures
+
+
+def judge(
+    checks: Sequence[WindowCheck],
+    alerts: Sequence[AlertVerdict],
+    growth: Sequence[Growth],
+    batches: BatchStats,
+    trigger_ms: int,
+    rss_limit: float = 0.10,
+    judge_rss: bool = True,
+) -> Verdict:
+    """Apply the acceptance: all windows exact, no false alert, RSS growth < limit, p99 < trigger."""
+    v = Verdict(trigger_ms=trigger_ms, rss_limit=rss_limit, batches=batches)
+    v.windows_total = len(checks)
+    v.windows_exact = sum(c.exact for c in checks)
+    v.false_alerts = sum(a.false_alert for a in alerts)
+    v.chaos_alerts = len(alerts) - v.false_alerts
+    judged = [g.growth for g in growth if g.growth is not None]
+    v.max_rss_growth = max(judged) if judged else None
+    if v.windows_total == 0:
+        v.failures.append("no final windows")
+    if v.windows_exact != v.windows_total:
+        v.failures.append(
+            f"{v.windows_total - v.windows_exact} of {v.windows_total} final windows differ from the verifier"
+        )
+    if v.false_alerts:
+        v.failures.append(f"{v.false_alerts} false alert(s)")
+    if judge_rss:
+        for g in growth:
+            if g.growth is not None and g.growth >= rss_limit:
+                v.failures.append(
+                    f"{g.component}: RSS grew {100 * g.growth:.1f}% (minute {g.from_minute} to {g.to_minute})"
+                )
+    if not batches.steady_p99_ms < trigger_ms:
+        v.failures.append(
+            f"micro-batch p99 {batches.steady_p99_ms:.0f} ms not below the trigger {trigger_ms} ms"
+        )
+    return v

@@ -1,0 +1,184 @@
+"""The soak's schedule, verdict and /proc sampling (no processes of the soak started)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from kafka_plumbing.errors import ConfigError
+from soak.driver import _progress_rows
+from soak.processes import Component, cpu_seconds, descendants, rss_bytes, sample
+from soak.schedule import ChaosEvent, Schedule, load_schedule
+from soak.settings import SoakSettings, shipped_schedule
+from soak.verdict import (
+    BatchStats,
+    ChaosSpan,
+    batch_stats,
+    classify_alerts,
+    compare_windows,
+    judge,
+    percentile,
+    rss_growth,
+)
+
+MIN = 60_000
+
+
+@pytest.mark.parametrize("name,duration_s", [("soak-60m", 3600), ("soak-5m", 150)])
+def test_shipped_schedules_load_and_fit(name, duration_s):
+    schedule = load_schedule(shipped_schedule(name))
+    schedule.check_fits(duration_s)
+    actions = {e.action for e in schedule.events}
+    assert {"kill_audit_consumer", "kill_audit_leader", "kill_spark_driver", "kill_spark_worker"} <= actions
+    assert {"cut_broker", "restart_alertmanager"} <= actions
+    if name == "soak-60m":
+        assert "rolling_restart" in actions
+        assert sum(e.action == "kill_audit_consumer" for e in schedule.events) >= 6  # each several times
+        assert all(e.duration_s == 60 for e in schedule.events if e.action == "cut_broker")
+
+
+def test_schedule_is_sorted_and_checked(tmp_path: Path):
+    s = Schedule(
+        events=[
+            ChaosEvent(at_s=50, action="restart_alertmanager"),
+            ChaosEvent(at_s=10, action="rolling_restart"),
+        ]
+    )
+    assert [e.at_s for e in s.events] == [10, 50]
+    with pytest.raises(ConfigError, match="after the load"):
+        s.check_fits(40)
+    with pytest.raises(ValueError, match="needs a target"):
+        ChaosEvent(at_s=1, action="cut_broker")
+    with pytest.raises(ConfigError, match="only 2"):
+        Schedule(events=[ChaosEvent(at_s=1, action="kill_spark_worker", target=3)]).check_fits(10)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("events:\n  - {at_s: 1, action: unplug_everything}\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml"):
+        load_schedule(bad)
+
+
+def test_default_settings_fit_the_default_schedule():
+    s = SoakSettings()
+    assert s.duration_s == 3600 and s.topic_names == ["soak.t0", "soak.t1"]
+    assert s.message_timeout_ms > 60_000  # longer than the network cut: no message given up
+    load_schedule(s.schedule).check_fits(s.duration_s)
+
+
+def test_compare_windows_exact_missing_and_different():
+    truth = {
+        "t": {0: {"sent": 10, "unique": 10, "duplicated": 0}, 10: {"sent": 5, "unique": 4, "duplicated": 1}}
+    }
+    results = [
+        {"topic": "t", "window_start_ms": 0, "tier": "cluster:x", "sent": 10, "unique": 10, "duplicated": 0},
+        {"topic": "t", "window_start_ms": 0, "tier": "producer", "sent": 99, "unique": 0, "duplicated": 0},
+        {"topic": "t", "window_start_ms": 20, "tier": "cluster:x", "sent": 1, "unique": 1, "duplicated": 0},
+    ]
+    checks = {(c.topic, c.window_start_ms): c for c in compare_windows(results, truth, ["cluster:x"])}
+    assert checks[("t", 0)].exact
+    assert not checks[("t", 10)].exact and checks[("t", 10)].counted is None  # no final result
+    assert not checks[("t", 20)].exact  # a result the verifier knows nothing of
+
+
+def test_alerts_in_chaos_and_healthy_periods():
+    spans = [ChaosSpan("kill_spark_driver", 10 * MIN, 11 * MIN)]
+    alerts = [
+        {"alertname": "KafkaAuditAuditLag", "topic": "t", "tier": "cluster:x", "starts_at_ms": 12 * MIN},
+        {  # judged a window inside the span, fired much later
+            "alertname": "KafkaAuditCompletenessBelowTarget",
+            "topic": "t",
+            "tier": "cluster:x",
+            "starts_at_ms": 30 * MIN,
+            "window_start_ms": 10 * MIN + 1,
+            "window_end_ms": 10 * MIN + 30_000,
+        },
+        {
+            "alertname": "KafkaAuditGammaBelowTarget",
+            "topic": "t",
+            "tier": "cluster:x",
+            "starts_at_ms": 40 * MIN,
+        },
+        {
+            "alertname": "KafkaAuditGammaBelowTarget",
+            "topic": "t",
+            "tier": "cluster:x",
+            "starts_at_ms": 40 * MIN,
+        },
+        {
+            "alertname": "KafkaAuditGammaBelowTarget",
+            "status": "resolved",
+            "topic": "t",
+            "tier": "x",
+            "starts_at_ms": 1,
+        },
+        {"alertname": "KafkaAuditModelPromoted", "topic": "", "tier": "model:v1", "starts_at_ms": 50 * MIN},
+    ]
+    verdicts = classify_alerts(alerts, spans, settle_ms=2 * MIN, judge_ms=4 * MIN)
+    assert [(v.alertname, v.false_alert) for v in verdicts] == [
+        ("KafkaAuditAuditLag", False),
+        ("KafkaAuditCompletenessBelowTarget", False),
+        ("KafkaAuditGammaBelowTarget", True),  # once per episode, decisions are not alerts
+    ]
+
+
+def test_rss_growth_same_process_and_restarted():
+    start = 0
+    samples = []
+    for minute in range(0, 61):
+        samples.append({"component": "steady", "at_ms": minute * MIN, "pid": 1, "rss_bytes": 100 + minute})
+        pid = 2 if minute < 30 else 3  # restarted at minute 30
+        samples.append({"component": "restarted", "at_ms": minute * MIN, "pid": pid, "rss_bytes": 200})
+        pid = 4 if minute < 55 else 5
+        samples.append({"component": "late", "at_ms": minute * MIN, "pid": pid, "rss_bytes": 300})
+    g = {x.component: x for x in rss_growth(samples, start)}
+    assert g["steady"].from_minute == 10 and g["steady"].to_minute == 60
+    assert g["steady"].growth == pytest.approx(160 / 110 - 1)
+    assert g["restarted"].from_minute == 40 and g["restarted"].growth == 0.0
+    assert g["late"].growth is None and "too short" in g["late"].note
+
+
+def test_batch_stats_leave_out_each_driver_start():
+    progress = [{"batch_id": i, "at_ms": i, "duration_ms": 1000, "pid": 1} for i in range(100)]
+    progress[0]["duration_ms"] = 60_000  # first of driver 1
+    progress[50] = {"batch_id": 50, "at_ms": 50, "duration_ms": 50_000, "pid": 2}  # first of driver 2
+    b = batch_stats(progress)
+    assert b.count == 100 and b.max_ms == 60_000 and b.p99_ms == 50_000
+    assert b.steady_count == 98 and b.steady_p99_ms == 1000
+    assert percentile([], 50) != percentile([], 50)  # NaN
+
+
+def test_judge_names_every_failure():
+    stats = BatchStats(10, 1, 1, 1, 9, 1000, 12_000, 12_000)
+    v = judge([], [], [], stats, trigger_ms=10_000)
+    assert not v.passed
+    assert any("no final windows" in f for f in v.failures)
+    assert any("p99" in f for f in v.failures)
+
+
+def test_proc_sampling_of_this_process():
+    pid = os.getpid()
+    assert rss_bytes(pid) > 10 * 1024 * 1024
+    assert cpu_seconds(pid) > 0
+    assert descendants(pid)[0] == pid
+    s = sample(Component("me", "test", lambda: pid))
+    assert s.pid == pid and s.rss_bytes > 0 and s.processes >= 1
+    gone = sample(Component("gone", "test", lambda: None))
+    assert gone.pid is None and gone.rss_bytes == 0
+
+
+def test_progress_rows_from_spark_progress():
+    p = {
+        "batchId": 7,
+        "timestamp": "2026-01-01T00:00:10.000Z",
+        "numInputRows": 3,
+        "durationMs": {"triggerExecution": 2000},
+        "eventTime": {"watermark": "2026-01-01T00:00:00.000Z"},
+        "stateOperators": [{"numRowsTotal": 4}],
+    }
+    first = {**p, "batchId": 6, "eventTime": {"watermark": "1970-01-01T00:00:00.000Z"}}
+    rows = _progress_rows([p, first], after=5)
+    assert [r["batch_id"] for r in rows] == [6, 7]
+    assert rows[0]["lag_s"] is None  # no watermark yet is not a lag of decades
+    assert rows[1]["lag_s"] == 12.0 and rows[1]["duration_ms"] == 2000 and rows[1]["state_rows"] == 4
+    assert _progress_rows([p], after=7) == []
