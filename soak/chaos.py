@@ -149,7 +149,8 @@ class Chaos(threading.Thread):
     def kill_spark_driver(self, event: ChaosEvent) -> str:
         """SIGKILL the driver (Python and its JVM); restart it from its checkpoint; wait for a micro-batch."""
         driver = self.soak.driver
-        assert driver is not None
+        assert driver is not None and driver.pid is not None
+        self.soak.wait_driver_ready(driver.pid)  # kill a driver that runs micro-batches, not one starting
         self.busy.add("spark-driver")
         pid = driver.pid
         driver.kill()

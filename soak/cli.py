@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -24,8 +25,8 @@ def soak_cmd(
     producers: Annotated[int | None, typer.Option(help="Audited producers N (default 4).")] = None,
     topics: Annotated[int | None, typer.Option(help="Audited topics M (default 2).")] = None,
     rate: Annotated[float | None, typer.Option(help="Messages/s per producer (default 50).")] = None,
-    window_ms: Annotated[int | None, typer.Option(help="Audit window, ms (default 30000).")] = None,
-    trigger_ms: Annotated[int | None, typer.Option(help="Micro-batch trigger, ms (default 10000).")] = None,
+    window_ms: Annotated[int | None, typer.Option(help="Audit window, ms (default 60000).")] = None,
+    trigger_ms: Annotated[int | None, typer.Option(help="Micro-batch trigger, ms (default 30000).")] = None,
     message_timeout_ms: Annotated[
         int | None, typer.Option(help="Producers' message.timeout.ms (default 90000).")
     ] = None,
@@ -43,6 +44,11 @@ def soak_cmd(
     from soak.settings import SoakSettings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def interrupt(*_: object) -> None:  # SIGTERM stops the soak like Ctrl-C: every process by PID
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
     if os.geteuid() != 0:
         err_console.print(
             "[bold red]error:[/] the soak needs root (iptables and cgroups for the network cut)"

@@ -96,8 +96,43 @@ class Alertmanager:
             return []
 
 
+SHIPPED_AUDIT_LAG_SLACK_S = 120
+"""The constant of KafkaAuditAuditLag in ``dashboards/prometheus-rules.yml``: window (60 s) + watermark
+delay (10 s) + margin (30 s) + trigger (20 s), s."""
+
+
+def audit_lag_slack_s(
+    window_ms: int, watermark_delay_ms: int, trigger_ms: int, heartbeat_ms: int = 2_000
+) -> int:
+    """Return the audit-lag rule's constant for a job's settings, s.
+
+    The newest final window ends up to one window before the next one is final; a window is emitted up
+    to heartbeat + watermark delay + 3 trigger intervals after its wait (``alerts.pipeline.
+    job_emit_delay_ms``); plus the rule's 30 s margin. Never below the shipped 120 s.
+    """
+    slack_ms = window_ms + heartbeat_ms + watermark_delay_ms + 3 * trigger_ms + 30_000
+    return max(SHIPPED_AUDIT_LAG_SLACK_S, -(-slack_ms // 1000))
+
+
+def soak_rules(slack_s: int) -> str:
+    """Return the shipped Prometheus rules with KafkaAuditAuditLag's constant set to ``slack_s``.
+
+    Raises:
+        MonitoringError: the shipped file no longer has the constant where this expects it.
+    """
+    text = resources.files("dashboards").joinpath("prometheus-rules.yml").read_text()
+    old = f"            {SHIPPED_AUDIT_LAG_SLACK_S} + ("
+    if text.count(old) != 1:
+        raise MonitoringError("dashboards/prometheus-rules.yml: KafkaAuditAuditLag's constant not found")
+    return text.replace(old, f"            {slack_s} + (")
+
+
 class Prometheus:
-    """Prometheus on a free 127.0.0.1 port scraping the brokers and the job, alerting to Alertmanager."""
+    """Prometheus on a free 127.0.0.1 port scraping the brokers and the job, alerting to Alertmanager.
+
+    It evaluates the shipped rules with KafkaAuditAuditLag's constant for the job's settings
+    (:func:`audit_lag_slack_s`; the shipped file assumes 60 s windows and a trigger of 20 s at most).
+    """
 
     def __init__(
         self,
@@ -105,6 +140,7 @@ class Prometheus:
         cluster: KafkaCluster,
         job_metrics: str,
         alertmanager: Alertmanager,
+        audit_lag_slack_s: int = SHIPPED_AUDIT_LAG_SLACK_S,
         scrape_interval: str = "15s",
     ) -> None:
         if not shutil.which(PROMETHEUS):
@@ -113,7 +149,8 @@ class Prometheus:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"http://{HOST}:{self.port}"
-        rules = Path(str(resources.files("dashboards").joinpath("prometheus-rules.yml")))
+        rules = self.work_dir / "kafka-audit-rules.yml"
+        rules.write_text(soak_rules(audit_lag_slack_s))
         config = cluster.write_prometheus_config(
             self.work_dir / "prometheus.yml",
             scrape_interval=scrape_interval,

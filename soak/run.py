@@ -38,8 +38,8 @@ from kafka_plumbing.topics import AUDIT_TOPIC_CONFIG, ensure_topic, read_to_end
 from soak import network
 from soak.chaos import Chaos
 from soak.load import LoadSpec
-from soak.monitoring import Alertmanager, Prometheus
-from soak.processes import Component, ManagedProcess
+from soak.monitoring import Alertmanager, Prometheus, audit_lag_slack_s
+from soak.processes import Component, ManagedProcess, children, cmdline
 from soak.recorder import Recorder, read_jsonl
 from soak.schedule import Schedule, load_schedule
 from soak.settings import SoakSettings
@@ -202,7 +202,9 @@ class Soak:
                 lambda w=w: next(iter(w.executor_pids()), None),
             )
         driver = self.driver
-        comps["spark-driver"] = Component("spark-driver", "spark-driver", lambda: driver.pid)
+        comps["spark-driver"] = Component(
+            "spark-driver", "spark-driver", lambda: driver.pid, exclude=lambda: retraining_pids(driver.pid)
+        )
         for i, c in enumerate(self.consumers, start=1):
             comps[f"audit-consumer-{i}"] = Component(
                 f"audit-consumer-{i}", "audit-consumer", lambda c=c: c.pid
@@ -242,10 +244,14 @@ class Soak:
             self.dir / "logs" / "spark-driver.log",
             self._driver_env(),
         )
-        self.start_driver(timeout_s=300)
+        self.driver.start()  # it catches up from the audit topic: the load need not wait for it
         self._phase("prometheus")
         self.prometheus = Prometheus(
-            self.dir / "prometheus", self.cluster, f"{HOST}:{self.metrics_port}", self.alertmanager
+            self.dir / "prometheus",
+            self.cluster,
+            f"{HOST}:{self.metrics_port}",
+            self.alertmanager,
+            audit_lag_slack_s(s.window_ms, s.watermark_delay_ms, s.trigger_ms),
         )
         self.prometheus.start()
         self._phase("audit consumers")
@@ -274,7 +280,15 @@ class Soak:
             SoakError: it exited or recorded no micro-batch in time (log tail in the message).
         """
         assert self.driver is not None
-        pid = self.driver.start()
+        self.wait_driver_ready(self.driver.start(), timeout_s)
+
+    def wait_driver_ready(self, pid: int, timeout_s: float = 300.0) -> None:
+        """Return once the driver process ``pid`` has recorded a micro-batch.
+
+        Raises:
+            SoakError: it exited or recorded none in time (log tail in the message).
+        """
+        assert self.driver is not None
         deadline = time.monotonic() + timeout_s
         while self.driver_batches(pid) == 0:
             if self.driver.exited() is not None or time.monotonic() > deadline:
@@ -469,6 +483,17 @@ class Soak:
                 step()
             except Exception:
                 log.warning("soak: stopping %s failed", name, exc_info=True)
+
+
+def retraining_pids(driver_pid: int | None) -> list[int]:
+    """Return the driver's background retraining child, if one runs (``kafka_audit predictor retrain``).
+
+    Not part of the driver's RSS: it is a short-lived process of its own (``docs/DESIGN.md``, "Model
+    lifecycle"), sampled by no component.
+    """
+    if driver_pid is None:
+        return []
+    return [c for c in children(driver_pid) if "retrain" in cmdline(c) and "predictor" in cmdline(c)]
 
 
 def under_replicated(bootstrap: str) -> int:

@@ -1,7 +1,7 @@
 """Typed settings of a soak (pydantic-settings; env prefix ``KAFKA_AUDIT_SOAK_``).
 
 The defaults are the 60-minute soak sized for a 2-core machine (``docs/DESIGN.md``, "Soak"): 4 audited
-producers at 50 msg/s each over 2 topics (200 msg/s in all), 30 s windows, a 10 s micro-batch trigger.
+producers at 50 msg/s each over 2 topics (200 msg/s in all), 60 s windows, a 30 s micro-batch trigger.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ class SoakSettings(BaseSettings):
     topics: int = Field(2, ge=1)
     rate: float = Field(50.0, gt=0)
     message_bytes: int = Field(512, gt=0)
-    window_ms: int = Field(30_000, gt=0)
-    trigger_ms: int = Field(10_000, gt=0)
+    window_ms: int = Field(60_000, gt=0)
+    trigger_ms: int = Field(30_000, gt=0)
     message_timeout_ms: int = Field(90_000, gt=0)
     consumer_grace_ms: int = Field(10_000, ge=0)
     spark_grace_ms: int = Field(30_000, ge=0)
