@@ -26,7 +26,7 @@ from soak.verdict import (
 MIN = 60_000
 
 
-@pytest.mark.parametrize("name,duration_s", [("soak-60m", 3600), ("soak-5m", 150)])
+@pytest.mark.parametrize("name,duration_s", [("soak-60m", 3600), ("soak-5m", 110)])
 def test_shipped_schedules_load_and_fit(name, duration_s):
     schedule = load_schedule(shipped_schedule(name))
     schedule.check_fits(duration_s)
@@ -182,3 +182,36 @@ def test_progress_rows_from_spark_progress():
     assert rows[0]["lag_s"] is None  # no watermark yet is not a lag of decades
     assert rows[1]["lag_s"] == 12.0 and rows[1]["duration_ms"] == 2000 and rows[1]["state_rows"] == 4
     assert _progress_rows([p], after=7) == []
+
+
+def test_soak_rules_change_only_the_audit_lag_constant():
+    import yaml
+
+    from soak.monitoring import SHIPPED_AUDIT_LAG_SLACK_S, audit_lag_slack_s, soak_rules
+
+    assert audit_lag_slack_s(60_000, 10_000, 20_000) == 162  # 60 + 2 + 10 + 60 + 30 s
+    assert audit_lag_slack_s(10_000, 10_000, 5_000) == SHIPPED_AUDIT_LAG_SLACK_S  # never below it
+    shipped = yaml.safe_load(soak_rules(SHIPPED_AUDIT_LAG_SLACK_S))
+    changed = yaml.safe_load(soak_rules(192))
+    rules = lambda doc: {r["alert"]: r for g in doc["groups"] for r in g["rules"]}  # noqa: E731
+    before, after = rules(shipped), rules(changed)
+    assert set(before) == set(after)
+    for name in before:
+        if name == "KafkaAuditAuditLag":
+            assert "192 + (" in after[name]["expr"] and "192" not in before[name]["expr"]
+        else:
+            assert before[name] == after[name]
+
+
+def test_socket_ports_of_a_listening_process():
+    import socket
+
+    from soak.network import socket_ports
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            ports = socket_ports(os.getpid())
+            assert port in ports and client.getsockname()[1] in ports
