@@ -18,6 +18,7 @@ grace, or after the largest ``message.timeout.ms`` its producers reported plus a
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -68,6 +69,17 @@ one fetch decision per partition every 10 ms while the queue is full. ``extra_co
 
 REWIND_TIMEOUT_S = 120
 """How long a rewind waits for the group's committed offsets (see :func:`committed_offsets`), s."""
+
+FENCED_RECOVERIES = 3
+"""How many times within :data:`FENCED_RECOVERY_WINDOW_S` an instance whose producer was fenced takes its
+``transactional.id`` back (a new producer, ``init_transactions``, a rewind) before it gives up. A
+transaction coordinator that aborts a transaction it timed out (``transaction.timeout.ms``, e.g. while
+brokers restart one after the other) bumps the producer epoch, and librdkafka reports the next call as
+fatal ``_FENCED`` although no other instance exists; a real second instance with the same id fences this
+one again and again, so the budget runs out and it stops (found by the soak, issue 18)."""
+
+FENCED_RECOVERY_WINDOW_S = 600.0
+"""The period of :data:`FENCED_RECOVERIES`, s."""
 
 
 class AuditConsumerError(KafkaAuditError):
@@ -171,6 +183,7 @@ class AuditConsumer:
         }
         self._producer = Producer(self._producer_config)
         self._abandoned: list[Producer] = []  # stuck in a hung librdkafka call; never destroyed under it
+        self._fenced_at: list[float] = []  # monotonic times of the recent recoveries from fencing
         self._txn_timeout_s = settings.transaction_timeout_ms / 1000
         self._parts: dict[tuple[str, int], PartitionCounts] = {}
         self._at_end: set[tuple[str, int]] = set()
@@ -293,8 +306,11 @@ class AuditConsumer:
         for step in steps:
             try:
                 step()
-            except Exception:  # closing after a broker failure: log it, close the rest
-                log.warning("close step failed", exc_info=True)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except:  # noqa: E722 - a fatal producer raises KafkaError itself, which is no Exception
+                error = sys.exc_info()[1]  # after a broker failure: log it, close the rest
+                log.warning("close step failed: %s", error, exc_info=isinstance(error, BaseException))
 
     # ------------------------------------------------------------------ rebalancing
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -439,18 +455,74 @@ class AuditConsumer:
         """Abandon a producer stuck in librdkafka, fence it with a new one, rewind to the committed state."""
         log.warning("%s (librdkafka #5456/#5511); replacing the transactional producer and rewinding", exc)
         self._abandoned.append(self._producer)
+        self._new_producer()
+        self.stats.aborted += 1
+        self._rewind()
+
+    def _new_producer(self, attempts: int = 3) -> None:
+        """Create the transactional producer again and initialise it (fencing the old one's epoch).
+
+        ``init_transactions`` is retried on retriable errors (a coordinator still moving), up to
+        ``attempts`` times.
+        """
         self._producer = Producer(self._producer_config)
-        call_with_deadline(self._producer.init_transactions, 60, deadline_s=95)
+        for attempt in range(1, attempts + 1):
+            try:
+                call_with_deadline(self._producer.init_transactions, 60, deadline_s=95)
+                return
+            except KafkaException as exc:
+                if attempt == attempts or not exc.args[0].retriable():
+                    raise AuditConsumerError(f"cannot initialise transactions: {exc.args[0].str()}") from exc
+                log.warning("init_transactions failed (%s); retrying", exc.args[0].str())
+
+    def _recover_from_fencing(self, exc: KafkaException) -> None:
+        """Take the ``transactional.id`` back after a fencing, within :data:`FENCED_RECOVERIES`.
+
+        The fenced producer is purged and closed (bounded; one that hangs is abandoned), a new one is
+        initialised and the instance rewinds to the last committed state, as after an abort: what the
+        fenced transaction held was never visible (read_committed), so counts stay exact (invariant 4).
+
+        Raises:
+            AuditConsumerError: the budget is spent (another instance with this id runs), or the new
+                producer cannot be initialised.
+        """
+        err: KafkaError = exc.args[0]
+        now = time.monotonic()
+        self._fenced_at = [t for t in self._fenced_at if now - t < FENCED_RECOVERY_WINDOW_S]
+        if len(self._fenced_at) >= FENCED_RECOVERIES:
+            raise AuditConsumerError(
+                f"transaction failed fatally ({err.str()}), {len(self._fenced_at) + 1} times in "
+                f"{FENCED_RECOVERY_WINDOW_S:.0f} s: another instance with transactional.id "
+                f"{self.s.transactional_id!r} took over, or the broker fenced us; restart this instance"
+            ) from exc
+        self._fenced_at.append(now)
+        log.warning(
+            "transaction failed fatally (%s): the coordinator fenced this producer (no other instance "
+            "needed: a transaction it timed out or aborted while brokers restarted bumps the epoch); "
+            "taking transactional.id %r back with a new producer and rewinding (%d of %d in %.0f s)",
+            err.str(),
+            self.s.transactional_id,
+            len(self._fenced_at),
+            FENCED_RECOVERIES,
+            FENCED_RECOVERY_WINDOW_S,
+        )
+        old = self._producer
+        try:
+            old.purge()
+            call_with_deadline(old.close, deadline_s=20)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except:  # noqa: E722 - a fatal producer raises KafkaError itself; a hung close is abandoned
+            self._abandoned.append(old)
+        self._new_producer()
         self.stats.aborted += 1
         self._rewind()
 
     def _transaction_failed(self, exc: KafkaException) -> None:
         err: KafkaError = exc.args[0]
         if err.fatal() or err.code() == KafkaError._FENCED:
-            raise AuditConsumerError(
-                f"transaction failed fatally ({err.str()}): another instance with transactional.id "
-                f"{self.s.transactional_id!r} took over, or the broker fenced us; restart this instance"
-            ) from exc
+            self._recover_from_fencing(exc)
+            return
         log.warning("transaction failed (%s); aborting and rewinding to the last committed state", err.str())
         # Abort on every non-fatal error: retriable ones (broker transport failure) leave the transaction
         # open too, and re-sending this transaction's records after a rewind is what keeps counts exact.

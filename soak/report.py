@@ -12,6 +12,7 @@ to the plots as PNG files beside it; the HTML (``soak.html``) embeds them.
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import math
 from datetime import UTC, datetime
@@ -119,6 +120,17 @@ def timeline_plot(
     return fig
 
 
+def longest_gap(progress: list[dict[str, Any]], start_ms: int) -> tuple[float, float]:
+    """Return the longest time between two micro-batch ends (s) and the minute it ended at.
+
+    A micro-batch running when the driver is SIGKILLed never reports a duration; this gap shows it
+    (with the restart) all the same.
+    """
+    ends = sorted([start_ms] + [r["at_ms"] + r["duration_ms"] for r in progress])
+    best = max(itertools.pairwise(ends), key=lambda p: p[1] - p[0], default=(start_ms, start_ms))
+    return (best[1] - best[0]) / 1000, _minute(best[1], start_ms)
+
+
 def _save(fig: Any, out_dir: Path, name: str) -> tuple[str, str]:
     """Write ``name.png`` and return (HTML ``<img>``, Markdown image)."""
     path = out_dir / f"{name}.png"
@@ -175,6 +187,16 @@ def sections(summary: dict[str, Any], records: Path, out_dir: Path) -> list[tupl
         ],
         ["result", "PASSED" if v["passed"] else "FAILED: " + "; ".join(v["failures"]), ""],
     ]
+    gap_s, gap_at = longest_gap(progress, start)
+    crit.insert(
+        -1,
+        [
+            "longest time without a finished micro-batch (a batch the driver's SIGKILL cut short is in "
+            "no percentile), s",
+            f"{gap_s:,.0f} (minute {gap_at:.1f})",
+            "-",
+        ],
+    )
     header = ["criterion", "measured", "acceptance"]
     load = (
         f"{s['producers']} producers x {s['rate']:g} msg/s over {s['topics']} topics, {s['message_bytes']} B "

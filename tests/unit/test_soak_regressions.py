@@ -43,3 +43,74 @@ def test_audit_lag_margin_of_a_fast_job_and_an_explicit_one_stay(tmp_path):
     )
     assert explicit.engine.lag_rule.margin_ms == 7_000
     explicit.close()
+
+
+def _raise_kafka_error_object(err):
+    """Raise ``err`` itself, as confluent-kafka does for a fatal producer (a KafkaError is no Exception)."""
+    import ctypes
+
+    set_object = ctypes.pythonapi.PyErr_SetObject
+    set_object.argtypes = [ctypes.py_object, ctypes.py_object]
+    set_object.restype = None
+    set_object(type(err), err)
+
+
+def _consumer(tmp_path):
+    from audit_consumer.consumer import AuditConsumer
+    from audit_consumer.settings import AuditConsumerSettings
+
+    return AuditConsumer(
+        AuditConsumerSettings(bootstrap_servers="127.0.0.1:9", topics=["t"], instance_id="regression")
+    )
+
+
+def test_a_fenced_producer_takes_its_transactional_id_back_and_rewinds(tmp_path, monkeypatch):
+    """The soak's rolling restart: the coordinator aborted a timed-out transaction (epoch bumped), the
+    next commit failed with fatal _FENCED, and the audit consumer exited although no other instance
+    existed. Now it re-initialises its producer and rewinds, a bounded number of times."""
+    import pytest
+    from confluent_kafka import KafkaError, KafkaException
+
+    from audit_consumer import consumer as module
+    from audit_consumer.consumer import FENCED_RECOVERIES, AuditConsumerError
+
+    c = _consumer(tmp_path)
+    calls: list[str] = []
+    monkeypatch.setattr(c, "_new_producer", lambda: calls.append("new producer"))
+    monkeypatch.setattr(c, "_rewind", lambda: calls.append("rewind"))
+    fenced = KafkaException(
+        KafkaError(KafkaError._FENCED, "Producer attempted an operation with an old epoch", fatal=True)
+    )
+    for _ in range(FENCED_RECOVERIES):
+        c._transaction_failed(fenced)
+    assert calls == ["new producer", "rewind"] * FENCED_RECOVERIES
+    with pytest.raises(AuditConsumerError, match="another instance"):  # a real second instance
+        c._transaction_failed(fenced)
+    now = module.time.monotonic()
+    monkeypatch.setattr(module.time, "monotonic", lambda: now + module.FENCED_RECOVERY_WINDOW_S + 1)
+    c._transaction_failed(fenced)  # the budget is per window
+    assert calls[-2:] == ["new producer", "rewind"]
+    c._close()
+
+
+def test_close_survives_a_step_that_raises_a_kafka_error_object(tmp_path, caplog):
+    """The fenced audit consumer's close raised the KafkaError object itself (not an Exception), which
+    escaped ``except Exception``, skipped the remaining close steps and hid the real error."""
+    from confluent_kafka import KafkaError
+
+    c = _consumer(tmp_path)
+    closed: list[str] = []
+
+    class Fatal:
+        def flush(self, timeout):
+            _raise_kafka_error_object(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+
+        def close(self):
+            closed.append("producer")
+
+    real = c._producer
+    c._producer = Fatal()
+    c._close()  # does not raise
+    assert closed == ["producer"]
+    assert "close step failed" in caplog.text
+    real.close()
