@@ -6,6 +6,11 @@ reasons are the project's own (one decoder for every reader).
 Every input row becomes exactly one output row of one kind:
 ``snapshot`` (grouped by its topic and window), ``dead_letter`` (malformed: bytes and reason kept), or
 ``heartbeat`` (the job's own clock tick: only moves the watermark).
+
+A dead letter's ``event_time`` is null: Spark's stateful step drops rows older than the watermark
+(``numRowsDroppedByWatermark``), and a malformed record with an old CreateTime was dropped that way,
+neither dead-lettered nor counted (found by the live fuzz run, ``bench/fuzz_live.py``). A null event
+time is never late and is not taken into the watermark.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ def decode_batches(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
                 except MalformedRecordError as exc:
                     row.update(
                         kind="dead_letter",
+                        event_time=None,  # never late for the watermark, and never moves it (see above)
                         g_topic=DEAD_LETTER_GROUP,
                         g_window=int(part),
                         raw_key=key_b,

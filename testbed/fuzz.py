@@ -24,8 +24,12 @@ import json
 import math
 import random
 import struct
+import threading
+import time
+from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -443,6 +447,8 @@ class Mutant:
         key: The Kafka key to send it with.
         value: The message value.
         headers: The message headers (stamp mutants), else None.
+        age_ms: How far in the past its CreateTime is, ms (0: now). A broken writer's clock, or a record
+            replayed: the job must dead-letter it all the same, however late it is for the watermark.
     """
 
     mutation: str
@@ -450,6 +456,7 @@ class Mutant:
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes | None]] | None = None
+    age_ms: int = 0
 
 
 def audit_mutants(
@@ -472,9 +479,11 @@ def audit_mutants(
         reason = reference_reason(value)
         if reason is None:
             continue  # the mutant is a valid record: not for the dead-letter run
-        key = record.key().encode() if rng.random() < 0.5 else rng.choice([None, b"junk", b"producer|x"])
+        # Keyed: the audit topic is compacted, and a broker rejects a whole batch with a record without key.
+        key = record.key().encode() if rng.random() < 0.5 else rng.choice([b"junk", b"producer|x", b""])
         made += 1
-        yield Mutant(mutation, reason, key, value)
+        age = rng.choice([3_600_000, 86_400_000, 120_000]) if rng.random() < 0.1 else 0
+        yield Mutant(mutation, reason, key, value, age_ms=age)
 
 
 # ------------------------------------------------------------------------------------ stamps
@@ -555,8 +564,343 @@ def raw_single_object(name: str, data: dict[str, Any]) -> bytes:
     return buf.getvalue()
 
 
+# ------------------------------------------------------------------------------------ the live run
+@dataclass
+class LiveFuzzResult:
+    """What a live fuzz run sent, what came out, and how long it took.
+
+    Attributes:
+        records: Mutated audit records sent to the audit topic, by mutation family.
+        stamps: Data messages with a mutated stamp sent to the data topic, by mutation.
+        expected: Dead letters expected per ``(component, reason)`` (from the reference decoders).
+        dead_letters: Dead letters found in the dead-letter topic per ``(component, reason)``.
+        counted: Dead letters counted per ``(component, reason)``: the audit consumer's ``stats`` and the
+            Spark job's ``kafka_audit_dead_letters_total``.
+        bytes_kept: True if every dead letter holds the original value of a mutant, each once.
+        good_messages: Valid audited messages produced beside the mutants.
+        windows: Final windows of the valid traffic the Spark job emitted / the verifier found.
+        windows_exact: Windows whose Spark result equals the verifier (sent, unique, duplicated) and
+            whose audit-consumer counts equal it.
+        crashed: What failed (the Spark query, the audit consumer, its producer-timeouts reader); empty
+            when nothing did.
+        seconds: Wall time of the phases: ``start``, ``send``, ``drain`` (until every dead letter was
+            counted and every window final), ``check``.
+        topics: The run's topics by role (``data``, ``audit``, ``dlq``, ``results``).
+    """
+
+    records: Counter[str] = field(default_factory=Counter)
+    stamps: Counter[str] = field(default_factory=Counter)
+    expected: Counter[tuple[str, str]] = field(default_factory=Counter)
+    dead_letters: Counter[tuple[str, str]] = field(default_factory=Counter)
+    counted: Counter[tuple[str, str]] = field(default_factory=Counter)
+    bytes_kept: bool = False
+    good_messages: int = 0
+    windows: tuple[int, int] = (0, 0)
+    windows_exact: int = 0
+    crashed: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    topics: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True if every mutant was dead-lettered and counted as expected, nothing crashed, counts exact."""
+        return (
+            not self.crashed
+            and self.dead_letters == self.expected == self.counted
+            and self.bytes_kept
+            and self.windows[0] == self.windows[1] == self.windows_exact > 0
+        )
+
+
+def run_live(
+    bootstrap: str,
+    workdir: Path,
+    records: int,
+    stamps: int,
+    *,
+    seed: int = 18,
+    good_messages: int = 20_000,
+    good_rate: float = 2_000.0,
+    timeout_s: float = 900.0,
+    log: Callable[[str], None] = lambda _: None,
+) -> LiveFuzzResult:
+    """Send mutants through a live audit consumer and Spark job beside valid traffic; check the outcome.
+
+    Starts, on the cluster at ``bootstrap``, an audit consumer (cluster ``fuzz``, adaptive finality, so
+    its reader of producer timeouts decodes the audit topic too) and the reconciliation job (Spark
+    ``local[2]``, live comparison on, retraining off). While an audited producer sends
+    ``good_messages``, ``records`` mutated audit records (:func:`audit_mutants`) go to the audit topic
+    and ``stamps`` data messages with mutated stamps (:func:`stamp_mutants`) to the data topic. Then it
+    waits until every mutant is counted as a dead letter and every window of the valid traffic is
+    final, stops everything and compares: the dead-letter topic (reason, component, original bytes),
+    the counters, the verifier against the audit consumer and the Spark results.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        workdir: Where the job's checkpoint, Parquet, training store and model registry go.
+        records: Mutated audit records to send.
+        stamps: Data messages with a mutated stamp to send.
+        seed: Seed of the mutants and the load.
+        good_messages: Valid audited messages to send beside them.
+        good_rate: Their rate, messages/s.
+        timeout_s: Deadline of the drain phase, s.
+        log: Progress lines.
+    """
+    from confluent_kafka import Producer
+
+    from audit_consumer.consumer import AuditConsumer
+    from audit_consumer.settings import AuditConsumerSettings
+    from audit_producer import ProducerAuditSettings
+    from audit_producer.load import run_load
+    from audit_record import cluster_tier
+    from audit_record.dead_letter import COMPONENT_HEADER, REASON_HEADER
+    from kafka_plumbing.topics import ensure_topic, read_to_end
+    from spark_streaming.job import ReconciliationJob
+    from spark_streaming.results import final_results, read_results
+    from spark_streaming.settings import SparkJobSettings
+    from testbed.report import compare_with_cluster
+    from testbed.verify import verify_topic
+
+    out = LiveFuzzResult()
+    rng = random.Random(seed)
+    run = f"{int(time.time())}.{rng.randbytes(3).hex()}"
+    kconfig = {"bootstrap.servers": bootstrap}
+    data_topic, audit_topic = f"fuzz.data.{run}", f"fuzz.audit.{run}"
+    dlq_topic, state_topic = f"fuzz.dlq.{run}", f"fuzz.state.{run}"
+    window_ms, cluster = 5_000, "fuzz"
+    ensure_topic(kconfig, data_topic, partitions=3)
+    out.topics = {
+        "data": data_topic,
+        "audit": audit_topic,
+        "dlq": dlq_topic,
+        "results": f"fuzz.results.{run}",
+    }
+    t0 = time.monotonic()
+    consumer = AuditConsumer(
+        AuditConsumerSettings(
+            cluster=cluster,
+            topics=[data_topic],
+            bootstrap_servers=bootstrap,
+            audit_topic=audit_topic,
+            state_topic=state_topic,
+            dlq_topic=dlq_topic,
+            group_id=f"fuzz.{run}",
+            instance_id="fuzz0",
+            window_ms=window_ms,
+            grace_ms=2_000,
+            commit_interval_ms=500,
+            transaction_timeout_ms=10_000,
+            max_final_wait_ms=15_000,
+        )
+    )
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            consumer.run(stop)
+        except BaseException as exc:  # reported as a crash below
+            errors.append(exc)
+
+    consumer_thread = threading.Thread(target=consume, name="fuzz-audit-consumer", daemon=True)
+    job = ReconciliationJob(
+        SparkJobSettings(
+            bootstrap_servers=bootstrap,
+            audit_topic=audit_topic,
+            dlq_topic=dlq_topic,
+            results_topic=out.topics["results"],
+            commits_topic=f"fuzz.commits.{run}",
+            checkpoint_dir=workdir / "checkpoint",
+            parquet_dir=workdir / "results",
+            training_dir=workdir / "training",
+            model_registry_dir=workdir / "models",
+            clusters=[cluster],
+            trigger_ms=1_000,
+            watermark_delay_ms=2_000,
+            grace_ms=4_000,
+            max_final_wait_ms=15_000,
+            final_settle_ms=2_000,
+            heartbeat_ms=500,
+            retrain=False,
+            query_name=f"fuzz-{run}",
+        )
+    )
+    try:
+        job.start()
+        consumer_thread.start()
+        # A few micro-batches of heartbeats first: the watermark is then near the wall clock, so the
+        # mutants with an old CreateTime are late for it (they must be dead-lettered all the same).
+        while job.batches_written < 3 and job.exception() is None and time.monotonic() - t0 < 300:
+            time.sleep(0.2)
+        out.seconds["start"] = time.monotonic() - t0
+        log(f"audit consumer and Spark job started in {out.seconds['start']:.0f} s; sending mutants")
+        t1 = time.monotonic()
+        sent_values: Counter[bytes] = Counter()
+        load_result: list[Any] = []
+        audit = ProducerAuditSettings(
+            window_ms=window_ms, grace_ms=1_000, snapshot_interval_ms=1_000, audit_topic=audit_topic
+        )
+        load = threading.Thread(
+            target=lambda: load_result.append(
+                run_load(
+                    {**kconfig, "client.id": "fuzz-good", "message.timeout.ms": 5_000},
+                    data_topic,
+                    "weblog",
+                    rate=good_rate,
+                    count=good_messages,
+                    duration_s=None,
+                    audit=audit,
+                    seed=seed,
+                )
+            ),
+            name="fuzz-good-load",
+        )
+        load.start()
+        failed: list[str] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failed.append(str(err))
+
+        raw = Producer({**kconfig, "linger.ms": 20, "queue.buffering.max.messages": 200_000})
+        mutants = _interleave(rng, audit_mutants(rng, records), stamp_mutants(rng, stamps))
+        for i, m in enumerate(mutants):
+            if m.headers is not None:
+                out.stamps[m.mutation] += 1
+                out.expected[("audit-consumer", m.reason)] += 1
+                target = data_topic
+            else:
+                out.records[m.mutation.split("+")[0] + (" (old CreateTime)" if m.age_ms else "")] += 1
+                out.expected[("spark", m.reason)] += 1
+                target = audit_topic
+            sent_values[m.value or b""] += 1
+            while True:
+                try:
+                    raw.produce(
+                        target,
+                        m.value,
+                        m.key,
+                        headers=m.headers,
+                        on_delivery=delivered,
+                        timestamp=int(time.time() * 1000) - m.age_ms if m.age_ms else 0,
+                    )
+                    break
+                except BufferError:
+                    raw.poll(0.05)
+            if i % 1_000 == 0:
+                raw.poll(0)
+            if i % 10_000 == 0 and i:
+                log(f"{i:,} mutants sent")
+        if raw.flush(60) != 0 or failed:
+            raise RuntimeError(f"mutants not delivered: {failed[:3]}")
+        load.join()
+        out.good_messages = load_result[0].produced if load_result else 0
+        out.seconds["send"] = time.monotonic() - t1
+        log(f"{records + stamps:,} mutants and {out.good_messages:,} valid messages sent")
+        t2 = time.monotonic()
+        deadline = t2 + timeout_s
+        next_log = 0.0
+        while time.monotonic() < deadline:
+            out.counted = _counted(consumer, job)
+            if job.exception() is not None or errors or out.counted == out.expected:
+                break
+            if time.monotonic() >= next_log:
+                next_log = time.monotonic() + 15
+                log(f"dead letters counted {sum(out.counted.values()):,} of {sum(out.expected.values()):,}")
+            time.sleep(1.0)
+        truth: dict[int, tuple[int, int, int]] = {}
+        while time.monotonic() < deadline and not errors and job.exception() is None:
+            v = verify_topic(kconfig, data_topic, window_ms, audit_topic=audit_topic)
+            truth = _truth(v)
+            finals = final_results(read_results(kconfig, job.s.results_topic))
+            done = {w for (t, w, _) in finals if t == data_topic}
+            if truth and set(truth) <= done and all(r.final for r in v.rows.values() if r.producer_id):
+                break
+            log(f"final windows {len(set(truth) & done)} of {len(truth)}")
+            time.sleep(2.0)
+        out.seconds["drain"] = time.monotonic() - t2
+        log(f"drained in {out.seconds['drain']:.0f} s")
+        t3 = time.monotonic()
+        if job.exception() is not None:
+            out.crashed.append(f"spark query: {job.exception()}")
+        if errors:
+            out.crashed.append(f"audit consumer: {errors[0]!r}")
+        reader = consumer.timeouts
+        if reader is None or reader._thread is None or not reader._thread.is_alive():
+            out.crashed.append("the audit consumer's producer-timeouts reader is not running")
+        elif reader.records_read == 0:
+            out.crashed.append("the audit consumer's producer-timeouts reader read no producer snapshot")
+    finally:
+        stop.set()
+        consumer_thread.join(60)
+        if consumer_thread.is_alive():
+            out.crashed.append("audit consumer did not stop")
+        job.stop()
+    out.counted = _counted(consumer, job)
+    letters = list(read_to_end(kconfig, dlq_topic, group_id=f"fuzz.check.{run}", timeout_s=120))
+    kept: Counter[bytes] = Counter()
+    for letter in letters:
+        headers = dict(letter.headers() or [])
+        out.dead_letters[(headers[COMPONENT_HEADER].decode(), headers[REASON_HEADER].decode())] += 1
+        kept[letter.value() or b""] += 1
+    out.bytes_kept = kept == sent_values
+    v = verify_topic(kconfig, data_topic, window_ms, audit_topic=audit_topic)
+    truth = _truth(v)
+    mismatches = compare_with_cluster(v, cluster)
+    finals = final_results(read_results(kconfig, job.s.results_topic))
+    spark = {
+        w: rows for (t, w, tier), rows in finals.items() if t == data_topic and tier == cluster_tier(cluster)
+    }
+    out.windows = (len(spark), len(truth))
+    bad_windows = {m.window_start_ms for m in mismatches}
+    out.windows_exact = sum(
+        1
+        for w, (sent, unique, dup) in truth.items()
+        if w not in bad_windows
+        and len(spark.get(w, [])) == 1
+        and (spark[w][0]["sent"], spark[w][0]["unique"], spark[w][0]["duplicated"]) == (sent, unique, dup)
+    )
+    out.seconds["check"] = time.monotonic() - t3
+    return out
+
+
+def _interleave(rng: random.Random, *streams: Iterator[Mutant]) -> Iterator[Mutant]:
+    """Yield the mutants of every stream in a random interleaving."""
+    live = list(streams)
+    while live:
+        stream = rng.choice(live)
+        try:
+            yield next(stream)
+        except StopIteration:
+            live.remove(stream)
+
+
+def _counted(consumer: Any, job: Any) -> Counter[tuple[str, str]]:
+    """Dead letters counted so far: the audit consumer's (all ``bad_stamp`` here) and the Spark job's."""
+    out: Counter[tuple[str, str]] = Counter()
+    if consumer.stats.dead_letters:
+        out[("audit-consumer", "bad_stamp")] = consumer.stats.dead_letters
+    for metric in job.metrics.dead_letters.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_total") and sample.labels.get("component") == "spark" and sample.value:
+                out[("spark", sample.labels["reason"])] = int(sample.value)
+    return out
+
+
+def _truth(v: Any) -> dict[int, tuple[int, int, int]]:
+    """Return the verifier's (sent, unique, duplicated) per window of the audited producers."""
+    out: dict[int, tuple[int, int, int]] = {}
+    for (start, pid), row in v.rows.items():
+        if pid is None:
+            continue
+        sent, unique, dup = out.get(start, (0, 0, 0))
+        out[start] = (sent + row.sent, unique + row.unique, dup + row.duplicated)
+    return out
+
+
 __all__ = [
     "MUTATIONS",
+    "LiveFuzzResult",
     "Mutant",
     "Token",
     "audit_mutants",
@@ -564,6 +908,7 @@ __all__ = [
     "mutate_object",
     "mutate_stamp",
     "reference_reason",
+    "run_live",
     "sample_record",
     "stamp_mutants",
     "stamp_reference_ok",

@@ -647,3 +647,25 @@ def test_alert_engine_fires_and_resolves_in_turn_under_any_results(
     restored = AlertEngine(engine.settings)
     restored.restore(json.loads(json.dumps(engine.to_state())))
     assert restored.states() == engine.states()
+
+
+def test_regression_a_dead_letter_has_no_event_time_so_the_watermark_never_drops_it() -> None:
+    # Defect found by the live fuzz run: a malformed audit record with an old CreateTime was older than
+    # the watermark, so Spark's stateful step dropped it: neither dead-lettered nor counted.
+    from spark_streaming.decode import HEARTBEAT_KEY, decode_batches
+
+    old, now = pd.Timestamp(0, unit="ms"), pd.Timestamp(W1, unit="ms")
+    good = AuditRecord(tier="producer", source="s", topic="t", window_start_ms=W0, window_end_ms=W1)
+    src = pd.DataFrame(
+        {
+            "key": [b"k", b"k", HEARTBEAT_KEY],
+            "value": [b"\xc3\x01garbage", encode(good), b""],
+            "partition": [0, 0, 1],
+            "offset": [1, 2, 3],
+            "timestamp": [old, now, now],
+        }
+    )
+    [decoded] = list(decode_batches(iter([src])))
+    assert list(decoded["kind"]) == ["dead_letter", "snapshot", "heartbeat"]
+    assert pd.isna(decoded["event_time"].iloc[0])  # null: never late, never moves the watermark
+    assert list(decoded["event_time"].iloc[1:]) == [now, now]
