@@ -96,8 +96,17 @@ def soak_report_cmd(
     data_dir: Annotated[Path, typer.Option(help="The soak's data directory.")] = Path("var/soak"),
     out: Annotated[Path, typer.Option(help="Report directory.")] = Path("var/soak/report"),
 ) -> None:
-    """Rebuild a finished soak's report (HTML, Markdown, plots) from its records."""
+    """Judge a finished soak again from its records and rebuild its report (HTML, Markdown, plots)."""
+    import json
+
+    from soak.recorder import read_jsonl
     from soak.report import write_reports
+    from soak.verdict import rejudge
+
+    records = data_dir / "records"
+    summary = json.loads((records / "summary.json").read_text())
+    summary = rejudge(summary, read_jsonl(records / "samples.jsonl"), read_jsonl(records / "progress.jsonl"))
+    (records / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
 
     html_path, md_path = write_reports(data_dir, out)
     console.print(f"wrote {html_path} and {md_path}")

@@ -441,7 +441,7 @@ class Soak:
         progress = [
             r for r in read_jsonl(self.records / "progress.jsonl") if r["at_ms"] >= self.load_started_ms
         ]
-        stats = batch_stats(progress)
+        stats = batch_stats(progress, spans, self.s.settle_ms)
         verdict = judge(
             checks, verdicts, growth, stats, self.s.trigger_ms, judge_rss=self.s.duration_s >= 30 * 60
         )

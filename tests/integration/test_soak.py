@@ -54,7 +54,7 @@ def test_five_minute_soak_with_chaos(tmp_path):
     assert verdict.windows_total > 0
     assert verdict.windows_exact == verdict.windows_total, summary[-4000:]
     assert verdict.false_alerts == 0, summary[-4000:]
-    assert verdict.batches is not None and verdict.batches.steady_p99_ms < settings.trigger_ms
+    assert not [f for f in verdict.failures if "p99" in f], verdict.failures
     assert [e["error"] for e in soak.chaos.done] == [None] * len(soak.schedule.events)
     sampled = {s["component"] for s in read_jsonl(soak.records / "samples.jsonl") if s["rss_bytes"]}
     assert sampled == set(soak.components), sampled

@@ -148,6 +148,16 @@ def test_batch_stats_leave_out_each_driver_start():
     assert percentile([], 50) != percentile([], 50)  # NaN
 
 
+def test_batch_stats_in_healthy_periods_leave_out_chaos():
+    progress = [{"batch_id": i, "at_ms": i * 30_000, "duration_ms": 5_000, "pid": 1} for i in range(20)]
+    progress[10]["duration_ms"] = 70_000  # ran through a broker SIGKILL at 300-310 s
+    spans = [ChaosSpan("kill_audit_leader", 300_000, 310_000)]
+    b = batch_stats(progress, spans, settle_ms=20_000)
+    assert b.steady_max_ms == 70_000
+    assert b.healthy_count == 18 and b.healthy_max_ms == 5_000  # batch 10 (and nothing after 330 s) out
+    assert judge([], [], [], b, trigger_ms=30_000).failures == ["no final windows"]
+
+
 def test_judge_names_every_failure():
     stats = BatchStats(10, 1, 1, 1, 9, 1000, 12_000, 12_000)
     v = judge([], [], [], stats, trigger_ms=10_000)
@@ -215,3 +225,35 @@ def test_socket_ports_of_a_listening_process():
         with socket.create_connection(("127.0.0.1", port)) as client:
             ports = socket_ports(os.getpid())
             assert port in ports and client.getsockname()[1] in ports
+
+
+def test_rejudge_recomputes_batches_growth_and_verdict():
+    from soak.verdict import rejudge
+
+    summary = {
+        "settings": {"settle_ms": 0, "trigger_ms": 30_000, "duration_s": 600},
+        "load_started_ms": 0,
+        "chaos": [{"label": "x", "started_ms": 0, "ended_ms": 1, "planned_ms": 0}],
+        "windows": [
+            {"topic": "t", "window_start_ms": 0, "tier": "c", "exact": True, "counted": {}, "truth": {}}
+        ],
+        "alerts": [
+            {
+                "alertname": "A",
+                "topic": "t",
+                "tier": "c",
+                "source": "job",
+                "starts_at_ms": 5,
+                "window_start_ms": None,
+                "window_end_ms": None,
+                "chaos": None,
+                "false_alert": True,
+            }
+        ],
+    }
+    progress = [{"batch_id": i, "at_ms": i * 30_000, "duration_ms": 40_000, "pid": 1} for i in range(5)]
+    new = rejudge(summary, [], progress)
+    assert new["batches"]["healthy_count"] == 4 and new["batches"]["healthy_p99_ms"] == 40_000
+    assert not new["verdict"]["passed"]
+    assert new["verdict"]["false_alerts"] == 1 and new["verdict"]["windows_exact"] == 1
+    assert any("p99 in healthy periods" in f for f in new["verdict"]["failures"])
