@@ -29,13 +29,13 @@ from testbed.fuzz import LiveFuzzResult, run_live
 
 def tables(r: LiveFuzzResult, records: int, stamps: int) -> list[Table]:
     """Return the result tables: mutants by family, dead letters by (component, reason), the checks."""
-    families = Table(title="mutants sent, by mutation (first one applied)")
-    for col in ("kind", "mutation", "sent"):
-        families.add_column(col, justify="right" if col == "sent" else "left")
+    families = Table(title="mutants sent, by mutation (the first one applied)")
+    for col in ("kind", "mutation", "sent", "of which with an old CreateTime"):
+        families.add_column(col, justify="left" if col in ("kind", "mutation") else "right")
     for name, n in sorted(r.records.items(), key=lambda x: -x[1]):
-        families.add_row("audit record", name, f"{n:,}")
+        families.add_row("audit record", name, f"{n:,}", f"{r.records_old[name]:,}")
     for name, n in sorted(r.stamps.items(), key=lambda x: -x[1]):
-        families.add_row("stamp", name, f"{n:,}")
+        families.add_row("stamp", name, f"{n:,}", "")
     letters = Table(title="dead letters by component and reason")
     for col in ("component", "reason", "expected", "in the DLQ topic", "counted (metrics/stats)", "ok"):
         letters.add_column(col, justify="left" if col in ("component", "reason") else "right")
@@ -64,7 +64,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=50_000, help="mutated audit records")
     parser.add_argument("--stamps", type=int, default=50_000, help="data messages with a mutated stamp")
-    parser.add_argument("--good", type=int, default=20_000, help="valid audited messages beside them")
+    parser.add_argument("--good", type=int, default=24_000, help="valid audited messages beside them")
+    parser.add_argument("--good-rate", type=float, default=200.0, help="their rate, msg/s")
     parser.add_argument("--seed", type=int, default=18)
     parser.add_argument("--out", type=Path, help="also write the tables here (Markdown)")
     args = parser.parse_args()
@@ -82,6 +83,7 @@ def main() -> None:
                 args.stamps,
                 seed=args.seed,
                 good_messages=args.good,
+                good_rate=args.good_rate,
                 log=lambda line: console.log(line),
             )
         finally:
@@ -98,8 +100,9 @@ def main() -> None:
         body = text[text.index("kafka-audit live fuzz run") :]  # the tables, without the progress log
         args.out.write_text(
             "# Live fuzz run (issue 18 item 4)\n\n"
-            f"`python bench/fuzz_live.py --records {args.records} --stamps {args.stamps} --seed {args.seed}"
-            f" --out {args.out}` on one local broker and Spark `local[2]`, 2 shared cores.\n\n"
+            f"`python bench/fuzz_live.py --records {args.records} --stamps {args.stamps} --good {args.good}"
+            f" --good-rate {args.good_rate:g} --seed {args.seed} --out {args.out}` on one local broker and"
+            " Spark `local[2]`, 2 cores shared with other work.\n\n"
             f"```\n{body}```\n"
         )
     sys.exit(0 if result.ok else 1)

@@ -570,7 +570,8 @@ class LiveFuzzResult:
     """What a live fuzz run sent, what came out, and how long it took.
 
     Attributes:
-        records: Mutated audit records sent to the audit topic, by mutation family.
+        records: Mutated audit records sent to the audit topic, by mutation family (the first applied).
+        records_old: Of those, the ones sent with a CreateTime far behind the watermark.
         stamps: Data messages with a mutated stamp sent to the data topic, by mutation.
         expected: Dead letters expected per ``(component, reason)`` (from the reference decoders).
         dead_letters: Dead letters found in the dead-letter topic per ``(component, reason)``.
@@ -589,6 +590,7 @@ class LiveFuzzResult:
     """
 
     records: Counter[str] = field(default_factory=Counter)
+    records_old: Counter[str] = field(default_factory=Counter)
     stamps: Counter[str] = field(default_factory=Counter)
     expected: Counter[tuple[str, str]] = field(default_factory=Counter)
     dead_letters: Counter[tuple[str, str]] = field(default_factory=Counter)
@@ -770,7 +772,9 @@ def run_live(
                 out.expected[("audit-consumer", m.reason)] += 1
                 target = data_topic
             else:
-                out.records[m.mutation.split("+")[0] + (" (old CreateTime)" if m.age_ms else "")] += 1
+                out.records[m.mutation.split("+")[0]] += 1
+                if m.age_ms:
+                    out.records_old[m.mutation.split("+")[0]] += 1
                 out.expected[("spark", m.reason)] += 1
                 target = audit_topic
             sent_values[m.value or b""] += 1
