@@ -156,22 +156,21 @@ class AuditConsumer:
         )
         self._audit_base = audit_base
         self._naming = settings.replication_naming
-        self._consumer = Consumer(
-            {
-                "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,  # before base: extra_config overrides
-                **base,
-                "group.id": settings.group,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "client.id": f"{settings.transactional_id}.consumer",
-                "partition.assignment.strategy": "range",
-                # Static membership: a restarted instance takes its partitions back at once.
-                "group.instance.id": settings.transactional_id,
-                "session.timeout.ms": 15_000,
-            }
-        )
+        self._consumer_config: dict[str, Any] = {
+            "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,  # before base: extra_config overrides
+            **base,
+            "group.id": settings.group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "client.id": f"{settings.transactional_id}.consumer",
+            "partition.assignment.strategy": "range",
+            # Static membership: a restarted instance takes its partitions back at once.
+            "group.instance.id": settings.transactional_id,
+            "session.timeout.ms": 15_000,
+        }
+        self._consumer = Consumer(self._consumer_config)
         self._producer_config = {
             **audit_base,
             "transactional.id": settings.transactional_id,
@@ -184,6 +183,8 @@ class AuditConsumer:
         self._producer = Producer(self._producer_config)
         self._abandoned: list[Producer] = []  # stuck in a hung librdkafka call; never destroyed under it
         self._fenced_at: list[float] = []  # monotonic times of the recent recoveries from fencing
+        self._consumer_failed: KafkaError | None = None  # a fatal error of the input consumer, to recover
+        self._consumer_recovered_at: list[float] = []
         self._txn_timeout_s = settings.transaction_timeout_ms / 1000
         self._parts: dict[tuple[str, int], PartitionCounts] = {}
         self._at_end: set[tuple[str, int]] = set()
@@ -249,6 +250,9 @@ class AuditConsumer:
                 msgs = self._consumer.consume(self.s.batch_size, 0.2)
                 if msgs:
                     self._process(msgs)
+                if self._consumer_failed is not None:
+                    self._recover_consumer()
+                    continue
                 if time.monotonic() >= self._next_commit:
                     self._commit()
                     self._next_commit = time.monotonic() + interval
@@ -381,8 +385,12 @@ class AuditConsumer:
         if err.code() == KafkaError._PARTITION_EOF:
             self._at_end.add((m.topic(), m.partition()))
             return
-        if err.fatal():
-            raise AuditConsumerError(f"fatal consumer error: {err.str()}")
+        if err.fatal() or err.code() == KafkaError._FATAL:
+            # librdkafka's consumer is dead (e.g. FENCED_INSTANCE_ID after a group coordinator moved:
+            # found by the soak). Message errors report it as code _FATAL with fatal() False: before, it
+            # was logged and the instance went on polling a consumer that never delivered again.
+            self._consumer_failed = err
+            return
         log.warning("consumer error on %s[%s]: %s", m.topic(), m.partition(), err.str())
 
     def _dead_letter(self, m: Message, reason: str, detail: str) -> None:
@@ -474,6 +482,65 @@ class AuditConsumer:
                 if attempt == attempts or not exc.args[0].retriable():
                     raise AuditConsumerError(f"cannot initialise transactions: {exc.args[0].str()}") from exc
                 log.warning("init_transactions failed (%s); retrying", exc.args[0].str())
+
+    def _recover_consumer(self) -> None:
+        """Replace an input consumer that failed fatally: abort, a new consumer, its assignment rewinds.
+
+        What the open transaction holds is aborted (never visible), the counts of the assigned
+        partitions are dropped, and the new consumer (same ``group.id`` and ``group.instance.id``, so it
+        takes the old member's place) is assigned its partitions again: :meth:`_on_assign` loads their
+        committed state and reading resumes at the committed offsets. Counts stay exact (invariant 4).
+        At most :data:`FENCED_RECOVERIES` times in :data:`FENCED_RECOVERY_WINDOW_S`.
+
+        Raises:
+            AuditConsumerError: the budget is spent.
+        """
+        err = self._consumer_failed
+        assert err is not None
+        self._consumer_failed = None
+        now = time.monotonic()
+        self._consumer_recovered_at = [
+            t for t in self._consumer_recovered_at if now - t < FENCED_RECOVERY_WINDOW_S
+        ]
+        if len(self._consumer_recovered_at) >= FENCED_RECOVERIES:
+            raise AuditConsumerError(
+                f"fatal consumer error ({err.str()}), {len(self._consumer_recovered_at) + 1} times in "
+                f"{FENCED_RECOVERY_WINDOW_S:.0f} s; restart this instance"
+            )
+        self._consumer_recovered_at.append(now)
+        log.warning(
+            "fatal consumer error (%s); aborting, replacing the consumer and rewinding (%d of %d in %.0f s)",
+            err.str(),
+            len(self._consumer_recovered_at),
+            FENCED_RECOVERIES,
+            FENCED_RECOVERY_WINDOW_S,
+        )
+        if self._in_txn:
+            try:
+                call_with_deadline(
+                    self._producer.abort_transaction,
+                    self._txn_timeout_s,
+                    deadline_s=self._txn_timeout_s * 1.5 + 5,
+                )
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except:  # noqa: E722 - a fatal producer raises KafkaError itself; start over with a new one
+                self._abandoned.append(self._producer)
+                self._new_producer()
+            self._in_txn = False
+        self._parts.clear()  # first: a revoke while the old consumer closes must commit nothing
+        self._at_end.clear()
+        old = self._consumer
+        try:
+            call_with_deadline(old.close, deadline_s=30)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except:  # noqa: E722 - a dead consumer may fail to close; it is dropped all the same
+            log.warning("closing the failed consumer: %s", sys.exc_info()[1])
+        self.stats.aborted += 1
+        self._consumer = Consumer(self._consumer_config)
+        self.topics = []
+        self._discover()  # subscribes again; the assignment callback loads the committed state
 
     def _recover_from_fencing(self, exc: KafkaException) -> None:
         """Take the ``transactional.id`` back after a fencing, within :data:`FENCED_RECOVERIES`.

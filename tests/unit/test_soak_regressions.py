@@ -114,3 +114,72 @@ def test_close_survives_a_step_that_raises_a_kafka_error_object(tmp_path, caplog
     assert closed == ["producer"]
     assert "close step failed" in caplog.text
     real.close()
+
+
+class _ErrorMessage:
+    def __init__(self, err):
+        self._err = err
+
+    def error(self):
+        return self._err
+
+    def topic(self):
+        return None
+
+    def partition(self):
+        return 0
+
+
+def test_a_fatal_consumer_error_replaces_the_consumer_and_rewinds(tmp_path, monkeypatch):
+    """The soak's 60 s broker cut: both audit consumers' librdkafka consumers failed with "Static consumer
+    fenced by other consumer with same group.instance.id" (message error code _FATAL, fatal() False).
+    It was logged and the instances went on polling dead consumers: every later window counted 0 at the
+    cluster tier. Now the consumer is replaced (abort, new consumer, subscribe: the assignment loads the
+    committed state), a bounded number of times."""
+    import pytest
+    from confluent_kafka import KafkaError
+
+    from audit_consumer import consumer as module
+    from audit_consumer.consumer import FENCED_RECOVERIES, AuditConsumerError
+    from audit_consumer.counts import PartitionCounts
+
+    c = _consumer(tmp_path)
+    fenced = KafkaError(
+        KafkaError._FATAL,
+        "Fatal error: Broker: Static consumer fenced by other consumer with same group.instance.id",
+    )
+    assert not fenced.fatal()  # what librdkafka hands the application on the message
+    c._on_error(_ErrorMessage(fenced))
+    assert c._consumer_failed is fenced
+
+    created: list[object] = []
+
+    class NewConsumer:
+        def __init__(self, config):
+            self.config, self.subscribed = config, None
+            created.append(self)
+
+        def subscribe(self, topics, **callbacks):
+            self.subscribed = topics
+
+        def close(self):
+            pass
+
+    old_closed: list[bool] = []
+    real_old = c._consumer
+    c._consumer = type("Old", (), {"close": lambda self: old_closed.append(True)})()
+    monkeypatch.setattr(module, "Consumer", NewConsumer)
+    c._parts[("t", 0)] = PartitionCounts("t", 0, 60_000, 10_000)
+    c.topics = ["t"]
+    c._recover_consumer()
+    assert old_closed == [True] and c._parts == {} and c._consumer_failed is None
+    assert c._consumer is created[0] and created[0].subscribed == ["t"]
+    assert created[0].config["group.instance.id"] == c._consumer_config["group.instance.id"]
+    for _ in range(FENCED_RECOVERIES - 1):
+        c._consumer_failed = fenced
+        c._recover_consumer()
+    c._consumer_failed = fenced
+    with pytest.raises(AuditConsumerError, match="restart this instance"):
+        c._recover_consumer()
+    real_old.close()
+    c._producer.close()
