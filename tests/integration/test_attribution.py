@@ -104,7 +104,8 @@ class BrokerCut:
 
 def _events(config: dict[str, str], alerts_topic: str, topic: str) -> list[AlertEvent]:
     """Completeness alert events of ``topic`` in the alerts topic, in order."""
-    events = [decode_alert(m.value()) for m in read_to_end(config, alerts_topic, missing_ok=True)]
+    messages = read_to_end(config, alerts_topic, group_id=f"{alerts_topic}.reader", missing_ok=True)
+    events = [decode_alert(m.value()) for m in messages]
     return [e for e in events if e.alertname == COMPLETENESS_BELOW_TARGET and e.topic == topic]
 
 
