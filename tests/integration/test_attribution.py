@@ -7,8 +7,10 @@ own cuts that process, and only it (``-m owner --gid-owner``), off from the brok
 partitions (its client port: connections and requests get a TCP reset, so nothing sent during the cut
 reaches the broker later, and a request sent before it is answered as usual), for
 20 s; the brokers still reach each other, so the leaders stay. The audit topic has one partition, led
-by another broker, so the producer's snapshots are not cut off with its data. Then, per final window of
-the topic:
+by another broker, so the producer's snapshots are not cut off with its data. The cut starts at a window
+boundary once a final window is complete and no completeness alert fires (a loaded host may lose
+messages anywhere at first), so the alert's next episode is the cut's. Then, per final window of the
+topic:
 
 * the Spark job's window result puts the loss in those partitions, with that broker as their leader;
 * each partition's ``lost`` equals the verifier's missing sequence numbers of that partition (the topic
