@@ -20,6 +20,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from audit_record import PRODUCER_TIER, window_result
@@ -58,9 +59,19 @@ _COLUMNS = OUTPUT_COLUMNS
 
 
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Output rows as a frame; result rows carry their structure as JSON text (``window_result.to_spark``)."""
+    """Output rows as a frame; result rows carry their structure as JSON text (``window_result.to_spark``).
+
+    One 2-D object array, no per-column type inference: the frame goes straight to Arrow, which converts
+    each column to its Spark type (:data:`OUTPUT_SCHEMA`; Python ints stay exact, None is null).
+    Inferring 74 columns cost about 20 ms per frame, and the stateful step yields a frame per (topic,
+    window) and micro-batch (issue 17: 3,000 topics per minute).
+    """
     rows = [window_result.to_spark(r) if r.get("kind") == "result" else r for r in rows]
-    return pd.DataFrame([{c: r.get(c) for c in _COLUMNS} for r in rows], columns=_COLUMNS)
+    data = np.empty((len(rows), len(_COLUMNS)), dtype=object)
+    # Every cell is a scalar (structure is JSON text by now); a sequence would fail the shape, not hide.
+    if rows:
+        data[:] = [[r.get(c) for c in _COLUMNS] for r in rows]
+    return pd.DataFrame(data, columns=_COLUMNS, copy=False)
 
 
 def producer_row(
