@@ -232,14 +232,23 @@ def to_spark(row: Mapping[str, Any]) -> dict[str, Any]:
 def from_spark(row: Mapping[str, Any]) -> dict[str, Any]:
     """Return ``row`` with every :data:`STRUCTURED_FIELDS` value as structure (inverse of :func:`to_spark`).
 
-    A missing or null value becomes ``[]`` (the schema's default); structure passes unchanged.
+    A missing or null value becomes ``[]`` (the schema's default); structure passes unchanged. Also
+    reads a row of the Parquet results back (pyarrow reads a map, ``failed_by_error``, as a list of
+    (key, value) pairs): every map becomes a dict again.
     """
     out = dict(row)
     for name in STRUCTURED_FIELDS:
         value = out.get(name)
         if isinstance(value, str | bytes):
             value = json.loads(value)
-        out[name] = list(value) if value is not None else []
+        out[name] = [_maps_as_dicts(p) for p in value] if value is not None else []
+    return out
+
+
+def _maps_as_dicts(entry: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(entry)
+    pairs = out.get("failed_by_error")
+    out["failed_by_error"] = dict(pairs) if pairs else {}
     return out
 
 

@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 
 from audit_producer import AuditedProducer, ProducerAuditSettings
 from audit_producer.load import run_load
-from audit_record import PRODUCER_TIER, stamp
+from audit_record import PRODUCER_TIER, stamp, window_result
 from audit_record.dead_letter import COMPONENT_HEADER
 from audit_record.reader import read_audit_log
 from audit_record.stamp import STAMP_HEADER
@@ -227,7 +227,9 @@ def _spark_job_proc(bootstrap: str, s: SparkJobSettings, log) -> subprocess.Pope
 
 def _parquet_finals(root: Path) -> dict[tuple[str, int, str], list[dict]]:
     rows = [
-        r for f in sorted(root.rglob("*.parquet")) for r in pq.read_table(f, partitioning=None).to_pylist()
+        window_result.from_spark(r)  # a map reads back as (key, value) pairs: a dict again
+        for f in sorted(root.rglob("*.parquet"))
+        for r in pq.read_table(f, partitioning=None).to_pylist()
     ]
     return final_results(rows)
 
