@@ -437,7 +437,7 @@ class Soak:
                     f.write(json.dumps(a, default=str) + "\n")
         verdicts = classify_alerts(alerts, spans, self.s.settle_ms, self.s.window_ms + self.s.final_wait_ms)
         samples = read_jsonl(self.records / "samples.jsonl")
-        growth = rss_growth(samples, self.load_started_ms)
+        growth = rss_growth(samples, self.load_started_ms, end_minute=self.s.duration_s / 60)
         progress = [
             r for r in read_jsonl(self.records / "progress.jsonl") if r["at_ms"] >= self.load_started_ms
         ]

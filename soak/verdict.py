@@ -263,6 +263,7 @@ def rss_growth(
     load_start_ms: int,
     baseline_minute: float = 10.0,
     min_span_min: float = 15.0,
+    end_minute: float | None = None,
 ) -> list[Growth]:
     """RSS growth per component between ``baseline_minute`` (or 10 minutes after its last start) and the end.
 
@@ -272,13 +273,19 @@ def rss_growth(
         baseline_minute: The first minute compared.
         min_span_min: A restarted component's last incarnation is judged only when at least this many
             minutes lie between its baseline and the last sample.
+        end_minute: The last minute compared (the load's end: minute 60 of a 60-minute soak); samples
+            after it (while the last windows become final) are left out. None: every sample.
     """
     by_component: dict[str, list[Mapping[str, Any]]] = {}
     for s in samples:
         by_component.setdefault(s["component"], []).append(s)
     out = []
     for name, rows in sorted(by_component.items()):
-        rows = sorted((r for r in rows if r.get("pid")), key=lambda r: r["at_ms"])
+        last_ms = None if end_minute is None else load_start_ms + (end_minute + 0.5) * 60_000
+        rows = sorted(
+            (r for r in rows if r.get("pid") and (last_ms is None or r["at_ms"] <= last_ms)),
+            key=lambda r: r["at_ms"],
+        )
         g = Growth(name)
         out.append(g)
         if not rows:
@@ -384,7 +391,7 @@ def rejudge(
     ]
     checks = [WindowCheck(**w) for w in summary["windows"]]
     alerts = [AlertVerdict(**{k: v for k, v in a.items() if k != "false_alert"}) for a in summary["alerts"]]
-    growth = rss_growth(samples, start)
+    growth = rss_growth(samples, start, end_minute=float(s["duration_s"]) / 60)
     stats = batch_stats([r for r in progress if r["at_ms"] >= start], spans, int(s["settle_ms"]))
     verdict = judge(
         checks, alerts, growth, stats, int(s["trigger_ms"]), judge_rss=float(s["duration_s"]) >= 30 * 60

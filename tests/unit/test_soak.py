@@ -257,3 +257,12 @@ def test_rejudge_recomputes_batches_growth_and_verdict():
     assert not new["verdict"]["passed"]
     assert new["verdict"]["false_alerts"] == 1 and new["verdict"]["windows_exact"] == 1
     assert any("p99 in healthy periods" in f for f in new["verdict"]["failures"])
+
+
+def test_rss_growth_stops_at_the_end_minute():
+    samples = [
+        {"component": "c", "at_ms": m * MIN, "pid": 1, "rss_bytes": 100 if m <= 60 else 500}
+        for m in range(70)
+    ]
+    (g,) = rss_growth(samples, 0, end_minute=60)
+    assert g.to_minute == 60 and g.growth == 0.0
