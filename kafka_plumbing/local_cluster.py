@@ -123,6 +123,10 @@ class KafkaCluster:
         nodes: The nodes with their ports and PIDs.
         cluster_id: KRaft cluster id (22-char base64url UUID, as ``kafka-storage random-uuid`` prints).
         heap_mb: JVM heap per node, MiB.
+        heap_fixed: Start each node with its whole heap committed and touched (``-Xms`` = ``-Xmx``,
+            ``-XX:+AlwaysPreTouch``), as Kafka's operations guide advises for production, so that the
+            resident set does not grow while the heap does (long soaks judge RSS growth). Otherwise
+            the heap starts at min(heap_mb, 256) MiB and grows on demand.
         metrics: Start each broker with the Prometheus JMX exporter agent (when its jar is there).
     """
 
@@ -130,6 +134,7 @@ class KafkaCluster:
     nodes: list[Node] = field(default_factory=list)
     cluster_id: str = ""
     heap_mb: int = 768
+    heap_fixed: bool = False
     broker_host: str = HOST
     sasl_ssl: SaslSslListener | None = None
     metrics: bool = True
@@ -148,6 +153,7 @@ class KafkaCluster:
         sasl_ssl: SaslSslListener | None = None,
         scram_users: dict[str, SecretStr] | None = None,
         metrics: bool = True,
+        heap_fixed: bool = False,
     ) -> KafkaCluster:
         """Plan a new cluster (nothing is started).
 
@@ -166,6 +172,7 @@ class KafkaCluster:
                 storage is first formatted; kept in memory only, never written to ``cluster.json``.
             metrics: Run the Prometheus JMX exporter agent on every broker (default; skipped with a
                 warning while ``make bootstrap`` has not fetched its jar).
+            heap_fixed: Commit and touch the whole heap at start (see the class attributes).
 
         Raises:
             ClusterError: if ``brokers`` is not 1 or 3, a mechanism is not SCRAM, or a user name or
@@ -195,6 +202,7 @@ class KafkaCluster:
             nodes=nodes,
             cluster_id=cid,
             heap_mb=heap_mb,
+            heap_fixed=heap_fixed,
             broker_host=broker_host,
             sasl_ssl=sasl_ssl,
             metrics=metrics,
@@ -215,6 +223,7 @@ class KafkaCluster:
             nodes=[Node(**{k: v for k, v in n.items() if k in known}) for n in data["nodes"]],
             cluster_id=data["cluster_id"],
             heap_mb=data.get("heap_mb", 768),
+            heap_fixed=data.get("heap_fixed", False),
             broker_host=data.get("broker_host", HOST),
             sasl_ssl=SaslSslListener(Path(tls["keystore_location"]), tuple(tls["mechanisms"]))
             if tls
@@ -227,6 +236,7 @@ class KafkaCluster:
         data = {
             "cluster_id": self.cluster_id,
             "heap_mb": self.heap_mb,
+            "heap_fixed": self.heap_fixed,
             "broker_host": self.broker_host,
             "metrics": self.metrics,
             "sasl_ssl": (
@@ -378,7 +388,11 @@ class KafkaCluster:
         return [
             java_executable(),
             f"-Xmx{heap_mb}m",
-            f"-Xms{min(heap_mb, 256)}m",
+            *(
+                [f"-Xms{heap_mb}m", "-XX:+AlwaysPreTouch"]
+                if self.heap_fixed
+                else [f"-Xms{min(heap_mb, 256)}m"]
+            ),
             "-XX:+UseG1GC",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={log4j}",

@@ -224,7 +224,9 @@ class Soak:
         self.records.mkdir(parents=True)
         (self.dir / "logs").mkdir()
         self._phase("kafka")
-        self.cluster = KafkaCluster.create(self.dir / "kafka", brokers=3, heap_mb=s.broker_heap_mb)
+        self.cluster = KafkaCluster.create(
+            self.dir / "kafka", brokers=3, heap_mb=s.broker_heap_mb, heap_fixed=True
+        )
         self.cluster.start()
         conf = {"bootstrap.servers": self.bootstrap}
         for t in s.topic_names:

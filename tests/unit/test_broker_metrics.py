@@ -498,3 +498,17 @@ def test_loss_per_leader_broker_panel_is_first_and_queries_the_job_metric(model)
     assert metrics.registry.get_sample_value(LOSS_BY_LEADER_METRIC, lossy) == 3
     zero = {"topic": "t", "tier": "cluster:a", "broker": "1"}  # a leader without loss: its series at 0
     assert metrics.registry.get_sample_value(LOSS_BY_LEADER_METRIC, zero) == 0
+
+
+def test_a_fixed_heap_is_committed_at_start_and_kept_in_the_state(tmp_path, monkeypatch, fake_launch):
+    monkeypatch.setenv("KAFKA_AUDIT_JARS_JMX_EXPORTER", str(tmp_path / "none"))
+    growing = KafkaCluster.create(tmp_path / "g", brokers=1, heap_mb=512)
+    fixed = KafkaCluster.create(tmp_path / "f", brokers=1, heap_mb=512, heap_fixed=True)
+    for cluster in (growing, fixed):
+        (cluster.data_dir / "node-1").mkdir(parents=True)
+        cluster._launch(cluster.nodes[0], None)
+    grows, kept = fake_launch
+    assert "-Xmx512m" in grows and "-Xms256m" in grows and "-XX:+AlwaysPreTouch" not in grows
+    assert "-Xmx512m" in kept and "-Xms512m" in kept and "-XX:+AlwaysPreTouch" in kept
+    fixed._save()
+    assert KafkaCluster.load(fixed.data_dir).heap_fixed is True
