@@ -1,6 +1,6 @@
 """Issue 13: the MAE(P_l) any learner of the model's features can reach on this testbed's windows.
 
-Reads the committed learning-experiment windows (rounds 1 and 2, ``training-windows.csv`` and
+Reads the committed learning-experiment windows (rounds 1-3, ``training-windows.csv`` and
 ``holdout-windows.csv``) and prints two tables:
 
 1. **Repeatability**: windows whose features (acks, ``batch.num.messages``, ``message.timeout.ms``,
@@ -8,9 +8,9 @@ Reads the committed learning-experiment windows (rounds 1 and 2, ``training-wind
    For such a group the median of its R_l minimises the sum of absolute errors, so the MAE of the group
    medians is a lower bound on the MAE(P_l) that any deterministic function of these features can reach
    on those windows.
-2. **Local learners on the held-out run** (round 2's ``shift`` scenario): k-nearest-neighbour medians
-   trained on every other window (standardised features, log of D, B and T_o), beside a constant and
-   the predictions the job served.
+2. **Local learners on the held-out runs** (the ``shift`` scenario of rounds 2 and 3):
+   k-nearest-neighbour medians trained on every training window (standardised features, log of D,
+   B and T_o), beside a constant, the shipped model and the predictions the job served.
 
 Usage: ``.venv/bin/python data/testbed-learning/local_learners.py`` (no arguments; prints tables).
 """
@@ -75,39 +75,44 @@ def knn_mae(train: pd.DataFrame, test: pd.DataFrame, k: int) -> float:
     return float(np.abs(pred - test["p_loss"].to_numpy()).mean())
 
 
+ROUNDS = ("", "session13b", "session14-quiet")
+"""Round directories: round 1 (loaded host), round 2 (``session13b``, load 15-26), round 3 (quiet host)."""
+
+
 def main() -> None:
-    """Print the repeatability and local-learner tables."""
-    rounds = [
-        ("training-windows.csv", ""),
-        ("holdout-windows.csv", ""),
-        ("training-windows.csv", "session13b"),
-        ("holdout-windows.csv", "session13b"),
-    ]
-    windows = pd.concat([_load(n, r) for n, r in rounds], ignore_index=True)
+    """Print the repeatability table per round and the local-learner table per held-out run."""
     console = Console()
-    groups, n, mae, mae_lossy = repeatability(windows)
     rep = Table(title="Windows with identical features: the floor for any model of these features")
-    for col in ("groups", "windows", "MAE to group median", "same, lossy groups"):
+    for col in ("round", "groups", "windows", "MAE to group median", "same, lossy groups"):
         rep.add_column(col, justify="right")
-    rep.add_row(str(groups), str(n), f"{mae:.3f}", f"{mae_lossy:.3f}")
+    for r in ROUNDS:
+        windows = pd.concat([_load(n, r) for n in ("training-windows.csv", "holdout-windows.csv")])
+        groups, n, mae, mae_lossy = repeatability(windows.reset_index(drop=True))
+        rep.add_row(r or "1", str(groups), str(n), f"{mae:.3f}", f"{mae_lossy:.3f}")
     console.print(rep)
 
-    held = _load("holdout-windows.csv", "session13b")
-    train = pd.concat([_load(n, r) for n, r in rounds[:3]], ignore_index=True)
+    train = pd.concat([_load("training-windows.csv", r) for r in ROUNDS], ignore_index=True)
     train = train[train["poll_interval_ms"] > 0]  # round 1 carried 0 (unknown polling interval)
-    table = Table(title=f"Held-out run (shift, {len(held)} windows): MAE(P_l), fractions")
-    table.add_column("predictor")
-    table.add_column("MAE(P_l)", justify="right")
-    truth = held["p_loss"].to_numpy()
-    table.add_row("served by the job (champion v0001)", f"{np.abs(held['pred_p_loss'] - truth).mean():.3f}")
-    table.add_row(
-        "constant: median of training R_l", f"{np.abs(train['p_loss'].median() - truth).mean():.3f}"
-    )
-    for k in (1, 3, 5, 9, 15):
+    for r in ROUNDS[1:]:
+        held = _load("holdout-windows.csv", r)
+        champion = str(held["model_version"].mode().iloc[0])
+        table = Table(title=f"Held-out run of round {r} (shift, {len(held)} windows): MAE(P_l), fractions")
+        table.add_column("predictor")
+        table.add_column("MAE(P_l)", justify="right")
+        truth = held["p_loss"].to_numpy()
         table.add_row(
-            f"{k}-nearest-neighbour median ({len(train)} local windows)", f"{knn_mae(train, held, k):.3f}"
+            f"served by the job (champion {champion})", f"{np.abs(held['pred_p_loss'] - truth).mean():.3f}"
         )
-    console.print(table)
+        table.add_row("shipped model", f"{np.abs(held['shipped_p_loss'] - truth).mean():.3f}")
+        table.add_row(
+            "constant: median of training R_l", f"{np.abs(train['p_loss'].median() - truth).mean():.3f}"
+        )
+        for k in (1, 3, 5, 9, 15):
+            table.add_row(
+                f"{k}-nearest-neighbour median ({len(train)} local windows, all rounds)",
+                f"{knn_mae(train, held, k):.3f}",
+            )
+        console.print(table)
 
 
 if __name__ == "__main__":
