@@ -17,7 +17,8 @@ demo: bootstrap  ## kafka-audit up on the embedded default: local Kafka + audit 
 test: bootstrap  ## lint + the layers contract + every test tier (unit and integration against the real local broker)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2 --dist loadgroup -m "not solo"
+	$(VENV)/bin/pytest -m solo
 
 test-unit: bootstrap
 	$(VENV)/bin/pytest -m "not integration"

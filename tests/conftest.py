@@ -1,4 +1,10 @@
-"""Session fixtures: one real Kafka broker (KRaft) on free ports, and a unique topic per test."""
+"""Session fixtures: one real Kafka broker (KRaft) on free ports, and a unique topic per test.
+
+``make test`` runs the tests on two pytest-xdist workers (``--dist loadgroup``), each with its own
+session broker: :func:`pytest_collection_modifyitems` keeps every module on one worker (its module
+fixtures start once) and every module of :data:`HOST_NETWORK_MODULES` on the same worker, one after
+the other (they change the host's network). Tests marked ``solo`` run afterwards, alone.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +23,29 @@ from kafka_plumbing.topics import ensure_topic
 # max_final_wait_ms get the fixed grace; tests of adaptive finality pass it explicitly (arguments win).
 os.environ.setdefault("KAFKA_AUDIT_CONSUMER_MAX_FINAL_WAIT_MS", "0")
 os.environ.setdefault("KAFKA_AUDIT_SPARK_MAX_FINAL_WAIT_MS", "0")
+
+
+HOST_NETWORK_GROUP = "host-network"
+HOST_NETWORK_MODULES = frozenset(
+    {
+        "tests.integration.test_testbed",
+        "tests.integration.test_alert_end_to_end",
+        "tests.integration.test_lossy_long_timeout",
+        "tests.integration.test_attribution",
+        "tests.integration.test_soak",
+    }
+)
+"""Modules that create network namespaces, NFQUEUE handlers or iptables rules: one worker runs them."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give every test without an ``xdist_group`` mark its module's group (or the host-network one)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            module = item.module.__name__ if item.module is not None else item.nodeid.split("::")[0]
+            group = HOST_NETWORK_GROUP if module in HOST_NETWORK_MODULES else module
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

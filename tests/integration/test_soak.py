@@ -26,7 +26,7 @@ from soak.recorder import read_jsonl
 from soak.run import Soak
 from soak.settings import SoakSettings, shipped_schedule
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.solo]  # p99 against the trigger
 
 
 @pytest.mark.timeout(480)
