@@ -521,6 +521,7 @@ def test_follower_keeps_the_newest_valid_record_of_its_group(no_network) -> None
         ),
         (encode_control(dataclasses.replace(control(3), group="h")), "bad_control"),
     ],
+    ids=["garbage", "batch_num_messages_0", "another_group"],  # the values hold a time: ids must not
 )
 def test_malformed_record_is_dead_lettered_counted_and_changes_nothing(no_network, value, reason) -> None:
     t = Follower()
