@@ -383,16 +383,19 @@ class KafkaCluster:
         props["ssl.keystore.location"] = str(tls.keystore_location)
         return props
 
-    def _java(self, main: str, *args: str, heap_mb: int = 256, javaagent: str | None = None) -> list[str]:
+    def _java(
+        self,
+        main: str,
+        *args: str,
+        heap_mb: int = 256,
+        javaagent: str | None = None,
+        heap_fixed: bool = False,
+    ) -> list[str]:
         log4j = resources.files("kafka_plumbing").joinpath("log4j2.properties")
         return [
             java_executable(),
             f"-Xmx{heap_mb}m",
-            *(
-                [f"-Xms{heap_mb}m", "-XX:+AlwaysPreTouch"]
-                if self.heap_fixed
-                else [f"-Xms{min(heap_mb, 256)}m"]
-            ),
+            *([f"-Xms{heap_mb}m", "-XX:+AlwaysPreTouch"] if heap_fixed else [f"-Xms{min(heap_mb, 256)}m"]),
             "-XX:+UseG1GC",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={log4j}",
@@ -498,7 +501,11 @@ class KafkaCluster:
         with open(ndir / "server.log", "ab") as log_file:
             proc = subprocess.Popen(
                 self._java(
-                    "kafka.Kafka", str(ndir / "server.properties"), heap_mb=self.heap_mb, javaagent=javaagent
+                    "kafka.Kafka",
+                    str(ndir / "server.properties"),
+                    heap_mb=self.heap_mb,
+                    javaagent=javaagent,
+                    heap_fixed=self.heap_fixed,
                 ),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
