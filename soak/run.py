@@ -100,6 +100,7 @@ class Soak:
         self.components: dict[str, Component] = {}
         self.load_started_ms = 0
         self.load_ended_ms = 0
+        self.final_wait: dict[str, Any] = {}
         self.metrics_port = free_port()
         self.chaos: Chaos | None = None
         self.recorder: Recorder | None = None
@@ -381,17 +382,19 @@ class Soak:
         return out
 
     def _wait_for_final_windows(self) -> None:
-        deadline = time.monotonic() + self.s.final_timeout_s
+        """Wait up to ``final_timeout_s`` for every expected window; note the wait in ``final_wait``."""
+        t0 = time.monotonic()
+        deadline = t0 + self.s.final_timeout_s
         while True:
             self._check_alive()
             final = {(t, w) for (t, w, tier) in self.final_results() if tier == TIER}
-            missing = self.expected_windows() - final
-            if not missing:
-                return
-            if time.monotonic() > deadline:
-                log.warning("soak: %d window(s) not final in time: %s", len(missing), sorted(missing)[:5])
-                return
+            missing = sorted(self.expected_windows() - final)
+            if not missing or time.monotonic() > deadline:
+                break
             time.sleep(2.0)
+        self.final_wait = {"waited_s": round(time.monotonic() - t0, 1), "missing": missing}
+        if missing:
+            log.warning("soak: %d window(s) not final in time: %s", len(missing), missing[:5])
 
     # ------------------------------------------------------------------------------------------ end
     def read_alerts(self) -> list[dict[str, Any]]:
@@ -454,6 +457,7 @@ class Soak:
             "load_ended_ms": self.load_ended_ms,
             "producers": self.producer_results(),
             "chaos": self.chaos.done,
+            "final_wait": self.final_wait,
             "windows": [asdict(c) for c in checks],
             "alerts": [asdict(a) | {"false_alert": a.false_alert} for a in verdicts],
             "growth": [asdict(g) for g in growth],
