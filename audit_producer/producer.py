@@ -41,6 +41,7 @@ from audit_producer.config_history import ConfigHistory
 from audit_producer.draining import Draining, drain_deadline_ms
 from audit_producer.leaders import LeaderHistory, partition_leaders
 from audit_producer.librdkafka_config import controlled_properties, reliability_config
+from audit_producer.network_history import NetworkHistory
 from audit_producer.network_stats import TcpRetransmitMeter, parse_statistics
 from audit_producer.probation import Probation
 from audit_producer.settings import ProducerAuditSettings
@@ -193,6 +194,7 @@ class AuditedProducer:
         "_leaders",
         "_network",
         "_network_base",
+        "_network_history",
         "_next_reconfigure_ms",
         "_next_snapshot_ms",
         "_on_hints",
@@ -297,7 +299,9 @@ class AuditedProducer:
         self._hot_report: Callable[[KafkaError | None, Message], None] | None = None
         self._generation = 1  # first sequence number of the running inner producer
         self._tick_at = 0
-        self._network = NetworkStats()
+        self._network = NetworkStats()  # the newest statistics sample
+        # the samples of the open windows: each snapshot carries its own window's network (D, L)
+        self._network_history = NetworkHistory(max(1, int(cfg.get("statistics.interval.ms") or 0)))
         # Cumulative tx_retries, request_timeouts, tx_errors of the inner producers replaced so far:
         self._network_base = (0, 0, 0)
         self._tcp = TcpRetransmitMeter()  # packet loss estimate L of this network namespace
@@ -724,6 +728,7 @@ class AuditedProducer:
         network.request_timeouts += timeouts
         network.tx_errors += errors
         self._network = network
+        self._network_history.add(now_ms(), network)
         if self._user_stats_cb is not None:
             self._user_stats_cb(stats_json)
 
@@ -799,7 +804,9 @@ class AuditedProducer:
         if len(self._history) > 1:
             oldest = min((w[_FIRST_SEQ] for w in self._windows.values()), default=self._seq + 1)
             self._history.forget_before(oldest)
-        self._leaders.forget_before(min((start for _, start in self._windows), default=now))
+        oldest_start = min((start for _, start in self._windows), default=now)
+        self._leaders.forget_before(oldest_start)
+        self._network_history.forget_before(oldest_start)
         self._audit_producer.poll(0)
 
     def _emit(self, topic: str, start: int, end: int, w: list[Any], final: bool) -> None:
@@ -819,6 +826,7 @@ class AuditedProducer:
         producer id instead (their extras add 0).
         """
         configs = self._history.configs_between(w[_FIRST_SEQ], w[_LAST_SEQ])
+        network = self._network_history.during(start, end) or self._network
         self._send(
             AuditRecord(
                 tier=PRODUCER_TIER,
@@ -835,7 +843,7 @@ class AuditedProducer:
                 first_sequence=w[_FIRST_SEQ],
                 last_sequence=w[_LAST_SEQ],
                 producer_config=configs[0],
-                network=self._network,
+                network=network,
                 partitions=self._partitions(topic, start, end, w),
             )
         )
@@ -850,7 +858,7 @@ class AuditedProducer:
                     window_end_ms=end,
                     final=final,
                     producer_config=config,
-                    network=self._network,
+                    network=network,
                 )
             )
 

@@ -125,6 +125,10 @@ class ProducerConfig:
 class NetworkStats:
     """What a producer knows of its network, from librdkafka statistics (``STATISTICS.md``).
 
+    A producer snapshot carries the statistics samples of its own window (those whose interval's
+    midpoint lies in it), reduced by :class:`audit_producer.network_history.NetworkHistory`: means of
+    ``rtt_avg_ms`` and ``tcp_retransmit_pct``, the maximum ``rtt_p99_ms``, the newest counters.
+
     Attributes:
         rtt_avg_ms: Mean of the brokers' ``rtt.avg`` (ms); None before the first statistics callback.
         rtt_p99_ms: Max over brokers of ``rtt.p99`` (ms).
