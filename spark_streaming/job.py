@@ -227,7 +227,11 @@ class ReconciliationJob:
             .groupBy("g_topic", "g_window")
             .applyInPandasWithState(
                 make_reconciler(
-                    list(s.clusters), s.grace_ms, finality=s.finality, tier_order=list(s.tier_order)
+                    list(s.clusters),
+                    s.grace_ms,
+                    finality=s.finality,
+                    tier_order=list(s.tier_order),
+                    tier_final_wait_ms=s.tier_final_wait_ms,
                 ),
                 OUTPUT_SCHEMA,
                 STATE_SCHEMA,

@@ -25,8 +25,10 @@ _KEEP = (
     "latency_p99_ms",
     "latency_max_ms",
     "emitted_at_ms",
+    "final",
 )
-"""What a snapshot keeps of an :class:`~audit_record.AuditRecord` (its counters and what orders it)."""
+"""What a snapshot keeps of an :class:`~audit_record.AuditRecord` (its counters, what orders it, and
+whether its tier had closed the window)."""
 _NETWORK_KEPT = ("rtt_avg_ms", "tx_retries", "request_timeouts", "tcp_retransmit_pct")
 """What a snapshot keeps of the producer's :class:`~audit_record.NetworkStats`."""
 

@@ -67,6 +67,10 @@ class SparkJobSettings(BaseSettings):
             adaptation off: every window is final after the grace.
         final_settle_ms: After the delivery wait, how long the audit consumers' final snapshots may take
             to reach the job (their grace and this job's grace usually differ by this much), ms.
+        tier_final_wait_ms: When that wait is over, how much longer a window waits while a cluster tier
+            has not closed it (its audit consumer restarts or catches up: a snapshot of the window that
+            is not final), ms. The window is final as soon as every cluster tier closed it, at the
+            latest this long after the wait; 0: final when the wait is over (docs/DESIGN.md, invariant 8).
         heartbeat_ms: The job writes a heartbeat to the audit topic this often so event time advances
             while producers are idle, ms (0 disables).
         shuffle_partitions: ``spark.sql.shuffle.partitions`` (state partitions; fixed per checkpoint).
@@ -130,6 +134,7 @@ class SparkJobSettings(BaseSettings):
     delivery_margin_ms: int = Field(DEFAULT_DELIVERY_MARGIN_MS, ge=0)
     max_final_wait_ms: int = Field(DEFAULT_MAX_FINAL_WAIT_MS, ge=0)
     final_settle_ms: int = Field(30_000, ge=0)
+    tier_final_wait_ms: int = Field(120_000, ge=0)
     heartbeat_ms: int = Field(2_000, ge=0)
     shuffle_partitions: int = Field(4, gt=0)
     metrics_port: int = Field(0, ge=0)

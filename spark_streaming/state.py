@@ -17,7 +17,7 @@ step of the query (:mod:`spark_streaming.predict`) fills them for final windows.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ import pandas as pd
 
 from audit_record import PRODUCER_TIER, window_result
 from audit_record.finality import Finality
+from audit_record.record import CLUSTER_TIER_PREFIX
 from audit_record.tiers import TierOrder
 from spark_streaming.decode import DEAD_LETTER_GROUP, HEARTBEAT_GROUP
 from spark_streaming.reconcile import (
@@ -100,6 +101,7 @@ def make_reconciler(
     retention_ms: int = 3_600_000,
     finality: Finality | None = None,
     tier_order: Sequence[str] = (),
+    tier_final_wait_ms: int = 0,
 ) -> Callable[[tuple[Any, ...], Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
     """Return the ``applyInPandasWithState`` function for these clusters and grace (ms).
 
@@ -110,6 +112,11 @@ def make_reconciler(
         finality: The adaptive rule (its ``grace_ms`` replaces ``grace_ms``); None: the grace alone.
         tier_order: The tier order (patterns, ``docs/DESIGN.md``, "Tiers"); empty: derived from
             ``clusters`` (:meth:`audit_record.tiers.TierOrder.derive`).
+        tier_final_wait_ms: When the wait is over, how much longer a window waits while a cluster tier
+            has not closed it (a snapshot of a ``cluster:*`` tier whose ``final`` is false: its audit
+            consumer is restarting or catching up), ms; the window is final as soon as every cluster
+            tier's snapshot is final, or at ``end + wait + tier_final_wait_ms`` (docs/DESIGN.md,
+            invariant 8). 0: final when the wait is over.
     """
     rule = finality or Finality(grace_ms, max_wait_ms=0)
     order = TierOrder.derive(clusters, tier_order)
@@ -136,6 +143,11 @@ def make_reconciler(
                 return
             snaps = json.loads(snaps_json)
             wait = wait_of(snaps)
+            deadline = int(end) + wait + tier_final_wait_ms
+            pending = tier_final_wait_ms > 0 and unclosed_cluster_tier(snaps.values())
+            if pending and state.getCurrentWatermarkMs() < deadline:
+                state.setTimeoutTimestamp(deadline)  # or earlier: a new snapshot re-arms it (below)
+                return
             rows = reconcile(
                 topic, window_start, int(end), snaps.values(), clusters, window_result.FINAL, wait, order
             )
@@ -190,3 +202,12 @@ def make_reconciler(
             yield _frame(out)
 
     return reconcile_window
+
+
+def unclosed_cluster_tier(snapshots: Iterable[Mapping[str, Any]]) -> bool:
+    """Return True if a cluster tier has not closed the window (one of its snapshots is not final).
+
+    Snapshots kept before ``final`` was (older checkpoints) count as closed. Application consumer tiers
+    (``consumer:*``) are not waited for: an application may stop reading at any time.
+    """
+    return any(s["tier"].startswith(CLUSTER_TIER_PREFIX) and s.get("final", True) is False for s in snapshots)

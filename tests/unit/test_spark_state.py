@@ -42,11 +42,11 @@ class FakeState:
         return self.watermark_ms
 
 
-def _rows(*records):
+def _rows(*records, offset=0):
     return pd.DataFrame(
         [
             {"snap_key": r.key(), "payload": json.dumps(compact(r, 0, i)), "g_window_end": 10_000}
-            for i, r in enumerate(records)
+            for i, r in enumerate(records, offset)
         ]
     )
 
@@ -98,6 +98,96 @@ def test_provisional_then_final_once_then_late():
     st.hasTimedOut = False
     [late] = _out(fn(("t", 0), iter([_rows(c)]), st))  # after final: reported as late, not applied
     assert late["kind"] == "late" and late["late"] == 1
+
+
+def _window(sent: int, unique: int, final: bool, tier: str = "cluster:a", emitted_at_ms: int = 1):
+    p = AuditRecord(
+        tier="producer",
+        source="s",
+        producer_id="p",
+        topic="t",
+        window_start_ms=0,
+        window_end_ms=10_000,
+        sent=sent,
+        final=True,
+    )
+    c = AuditRecord(
+        tier=tier,
+        source="g",
+        producer_id="p",
+        topic="t",
+        partition=0,
+        window_start_ms=0,
+        window_end_ms=10_000,
+        received=unique,
+        unique=unique,
+        final=final,
+        emitted_at_ms=emitted_at_ms,
+    )
+    return p, c
+
+
+def _time_out(fn, st, watermark_ms):
+    st.hasTimedOut, st.watermark_ms = True, watermark_ms
+    try:
+        return _out(fn(("t", 0), iter([]), st))
+    finally:
+        st.hasTimedOut = False
+
+
+def test_window_waits_for_a_cluster_tier_that_has_not_closed_it():
+    """An audit consumer restarting when the wait is over: its final snapshot still counts (invariant 8)."""
+    fn = make_reconciler(["a"], grace_ms=5_000, tier_final_wait_ms=60_000)
+    st = FakeState()
+    p, c = _window(sent=100, unique=60, final=False)  # the consumer counted 60 before it was killed
+    _out(fn(("t", 0), iter([_rows(p, c)]), st))
+    assert st.timeout == 15_000
+    assert _time_out(fn, st, 15_001) == []  # not final: the cluster tier has not closed the window
+    assert st.timeout == 75_000 and st.value[2] is False
+    _, c2 = _window(sent=100, unique=100, final=True, emitted_at_ms=2)  # back: its final snapshot
+    st.watermark_ms = 30_000
+    [provisional] = [r for r in _out(fn(("t", 0), iter([_rows(c2, offset=2)]), st)) if r["kind"] == "result"]
+    assert provisional["state"] == "provisional" and st.timeout == 30_001  # final at the next timeout
+    [final] = _time_out(fn, st, 30_002)
+    assert (final["state"], final["unique"], final["loss_rate"]) == ("final", 100, 0.0)
+
+
+def test_a_cluster_tier_that_never_closes_the_window_holds_it_until_the_bound():
+    fn = make_reconciler(["a"], grace_ms=5_000, tier_final_wait_ms=60_000)
+    st = FakeState()
+    p, c = _window(sent=100, unique=60, final=False)
+    _out(fn(("t", 0), iter([_rows(p, c)]), st))
+    assert _time_out(fn, st, 15_001) == [] and st.timeout == 75_000
+    [final] = _time_out(fn, st, 75_001)
+    assert (final["state"], final["unique"], final["loss_rate"]) == ("final", 60, 0.4)
+
+
+@pytest.mark.parametrize(
+    "tier, final, wait",
+    [("cluster:a", True, 60_000), ("consumer:app", False, 60_000), ("cluster:a", False, 0)],
+)
+def test_final_when_the_wait_is_over(tier, final, wait):
+    """Closed cluster tiers, application consumer tiers (never waited for), or the tier wait off."""
+    fn = make_reconciler(["a"], grace_ms=5_000, tier_final_wait_ms=wait)
+    st = FakeState()
+    p, c = _window(sent=100, unique=90, final=final, tier=tier)
+    _out(fn(("t", 0), iter([_rows(p, c)]), st))
+    rows = [r for r in _time_out(fn, st, 15_001) if r["tier"] == "cluster:a"]
+    assert [r["state"] for r in rows] == ["final"]
+
+
+def test_snapshots_kept_before_final_was_kept_count_as_closed():
+    """State written by an older job (its snapshots have no ``final``) is finalised as before."""
+    fn = make_reconciler(["a"], grace_ms=5_000, tier_final_wait_ms=60_000)
+    st = FakeState()
+    p, c = _window(sent=100, unique=90, final=False)
+    _out(fn(("t", 0), iter([_rows(p, c)]), st))
+    snaps = {
+        k: {f: v for f, v in snap.items() if f != "final"} for k, snap in json.loads(st.value[0]).items()
+    }
+    st.value = (json.dumps(snaps), st.value[1], False)
+    [final] = [r for r in _time_out(fn, st, 15_001) if r["tier"] == "cluster:a"]
+    assert final["state"] == "final"
 
 
 def test_dead_letters_pass_through_and_decode_routes_garbage():
