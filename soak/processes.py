@@ -73,6 +73,14 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
+def command_name(pid: int) -> str:
+    """Return the process's command name (``/proc/<pid>/comm``: ``java``, ``python3`` ...; '' when gone)."""
+    try:
+        return (_PROC / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def cmdline(pid: int) -> str:
     """Return the process's command line, arguments joined by spaces ('' when it is gone)."""
     try:
@@ -204,6 +212,8 @@ class Sample:
         rss_bytes: Resident memory of its processes, bytes.
         cpu_s: Their CPU time so far (user + system), s.
         processes: How many processes were summed.
+        rss_by_command: ``rss_bytes`` split by command name (``/proc/<pid>/comm``: ``java``,
+            ``python3`` ...), bytes, so growth can be told apart (the driver's JVM from its Python).
     """
 
     component: str
@@ -212,16 +222,22 @@ class Sample:
     rss_bytes: int
     cpu_s: float
     processes: int
+    rss_by_command: dict[str, int] = field(default_factory=dict)
 
 
 def sample(component: Component) -> Sample:
     """Read the component's RSS and CPU time now."""
     pids = component.pids()
+    by_command: dict[str, int] = {}
+    for p in pids:
+        name = command_name(p)
+        by_command[name] = by_command.get(name, 0) + rss_bytes(p)
     return Sample(
         component=component.name,
         at_ms=now_ms(),
         pid=pids[0] if pids else None,
-        rss_bytes=sum(rss_bytes(p) for p in pids),
+        rss_bytes=sum(by_command.values()),
         cpu_s=sum(cpu_seconds(p) for p in pids),
         processes=len(pids),
+        rss_by_command=by_command,
     )

@@ -135,7 +135,8 @@ class Soak:
                 "PYSPARK_SUBMIT_ARGS": (
                     f"--driver-memory {s.driver_memory_mb}m --executor-memory {s.executor_memory_mb}m "
                     "--conf spark.cores.max=2 --conf spark.executor.cores=1 "
-                    "--conf spark.driver.extraJavaOptions=-Xss16m "
+                    "--conf 'spark.driver.extraJavaOptions=-Xss16m "
+                    f"-Xms{s.driver_memory_mb}m -XX:+AlwaysPreTouch' "
                     f"--conf spark.executorEnv.PYTHONPATH={PROJECT_ROOT} pyspark-shell"
                 ),
             }

@@ -46,7 +46,8 @@ class SoakSettings(BaseSettings):
             alert (:mod:`soak.verdict`).
         broker_heap_mb: JVM heap per broker, MiB.
         executor_memory_mb: ``spark.executor.memory`` per executor, MiB (each worker offers it).
-        driver_memory_mb: ``spark.driver.memory``, MiB.
+        driver_memory_mb: ``spark.driver.memory``, MiB; committed at start like the brokers' heaps
+            (``-Xms`` = ``-Xmx``, ``-XX:+AlwaysPreTouch``), so RSS does not step up as G1 grows the heap.
         final_timeout_s: After the load stops, how long to wait for every window to be final, s.
         retrain: Let the job retrain in the background as in production.
     """

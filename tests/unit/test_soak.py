@@ -9,7 +9,7 @@ import pytest
 
 from kafka_plumbing.errors import ConfigError
 from soak.driver import _progress_rows
-from soak.processes import Component, cpu_seconds, descendants, rss_bytes, sample
+from soak.processes import Component, command_name, cpu_seconds, descendants, rss_bytes, sample
 from soak.schedule import ChaosEvent, Schedule, load_schedule
 from soak.settings import SoakSettings, shipped_schedule
 from soak.verdict import (
@@ -173,8 +173,12 @@ def test_proc_sampling_of_this_process():
     assert descendants(pid)[0] == pid
     s = sample(Component("me", "test", lambda: pid))
     assert s.pid == pid and s.rss_bytes > 0 and s.processes >= 1
+    # The split by command name adds up to the total, and this process is counted as what it runs.
+    assert sum(s.rss_by_command.values()) == s.rss_bytes
+    assert s.rss_by_command.get(command_name(pid), 0) > 10 * 1024 * 1024
+    assert command_name(pid).startswith("python") or command_name(pid) == "pytest"
     gone = sample(Component("gone", "test", lambda: None))
-    assert gone.pid is None and gone.rss_bytes == 0
+    assert gone.pid is None and gone.rss_bytes == 0 and gone.rss_by_command == {}
 
 
 def test_progress_rows_from_spark_progress():
