@@ -58,6 +58,23 @@ def _progress_rows(progress: list[Any], after: int) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["batch_id"])
 
 
+def _new_progress(query: Any, after: int) -> list[Any]:
+    """Return the progress entries a poll needs: the newest alone when it is the next batch.
+
+    Spark keeps the last 100 entries (``recentProgress``); converting all of them every second once the
+    list is full costs thousands of py4j calls a second on the driver, so the whole list is read only
+    when batches were missed (the first poll, a restart from the checkpoint, a slow poll).
+    """
+    latest = query.lastProgress
+    if latest is None:
+        return []
+    d = latest if isinstance(latest, dict) else json.loads(latest.json)
+    batch = int(d.get("batchId", -1))
+    if batch <= after:
+        return []
+    return [d] if batch == after + 1 else list(query.recentProgress)
+
+
 def main() -> None:
     """Run the job until SIGTERM; write the records."""
     from alerts.pipeline import attach_to_job
@@ -93,7 +110,7 @@ def main() -> None:
                 if job.exception() is not None:
                     print(f"query failed: {job.exception()}", flush=True)
                     sys.exit(3)
-                for row in _progress_rows(job.query.recentProgress, last):
+                for row in _progress_rows(_new_progress(job.query, last), last):
                     progress.write(json.dumps(row) + "\n")
                     last = row["batch_id"]
                 progress.flush()

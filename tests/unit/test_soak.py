@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kafka_plumbing.errors import ConfigError
-from soak.driver import _progress_rows
+from soak.driver import _new_progress, _progress_rows
 from soak.processes import Component, command_name, cpu_seconds, descendants, rss_bytes, sample
 from soak.schedule import ChaosEvent, Schedule, load_schedule
 from soak.settings import SoakSettings, shipped_schedule
@@ -196,6 +196,28 @@ def test_progress_rows_from_spark_progress():
     assert rows[0]["lag_s"] is None  # no watermark yet is not a lag of decades
     assert rows[1]["lag_s"] == 12.0 and rows[1]["duration_ms"] == 2000 and rows[1]["state_rows"] == 4
     assert _progress_rows([p], after=7) == []
+
+
+def test_progress_polls_read_the_whole_history_only_after_a_gap():
+    class Query:
+        def __init__(self, ids: list[int]) -> None:
+            self.recent_reads = 0
+            self.ids = ids
+
+        @property
+        def lastProgress(self) -> dict | None:
+            return {"batchId": self.ids[-1]} if self.ids else None
+
+        @property
+        def recentProgress(self) -> list[dict]:
+            self.recent_reads += 1
+            return [{"batchId": i} for i in self.ids]
+
+    assert _new_progress(Query([]), after=-1) == []
+    q = Query([0, 1, 2, 3])
+    assert _new_progress(q, after=3) == [] and q.recent_reads == 0  # nothing new
+    assert _new_progress(q, after=2) == [{"batchId": 3}] and q.recent_reads == 0  # the next batch alone
+    assert [d["batchId"] for d in _new_progress(q, after=0)] == [0, 1, 2, 3] and q.recent_reads == 1
 
 
 def test_soak_rules_change_only_the_audit_lag_constant():
