@@ -124,6 +124,7 @@ class LiveModel:
         self._checked: set[str] = set()
         self._state: dict[str, Any] = {}
         self._count_batch = True
+        self._calibration_published: set[str] = set()
 
     # ------------------------------------------------------------------------------------- lifecycle
     def open(self) -> None:
@@ -383,6 +384,12 @@ class LiveModel:
 
     def _publish_calibration(self) -> None:
         m = self.metrics
+        current = set(self.monitor.versions())
+        for version in self._calibration_published - current:  # forgotten by the monitor: no stale series
+            for gauge in (m.model_live_mae, m.model_live_coverage, m.model_calibrated):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(version)
+        self._calibration_published = current
         for version in self.monitor.versions():
             st = self.monitor.stats(version)
             for gauge, value in ((m.model_live_mae, st.mae), (m.model_live_coverage, st.coverage)):

@@ -400,3 +400,20 @@ def test_jobs_with_different_checkpoints_share_the_training_store(tmp_path):
         live.store(0, rows, KpiConfig())
         live.end_batch(0)
     assert len(TrainingStore(s.training_dir).load()) == 6
+
+
+def test_versions_the_monitor_forgets_leave_no_stale_series(tmp_path):
+    from spark_streaming.calibration import MAX_VERSIONS
+
+    live = _live(_settings(tmp_path, retrain=False, calibration_windows=30))
+    versions = [f"v{i:04d}" for i in range(MAX_VERSIONS + 2)]
+    for b, version in enumerate(versions):
+        live.begin_batch(b, KpiConfig())
+        live.annotate([_final(b * 10 + i, version=version) for i in range(3)])
+        live.end_batch(b)
+    kept = set(live.monitor.versions())
+    assert len(kept) == MAX_VERSIONS and versions[0] not in kept
+    names = ("kafka_audit_model_calibrated", "kafka_audit_model_live_mae", "kafka_audit_model_live_coverage")
+    for name in names:
+        assert _sample(live, name, model_version=versions[0]) is None
+        assert _sample(live, name, model_version=versions[-1]) is not None
