@@ -7,8 +7,11 @@ provisional and final::
     events = engine.observe(results, now_ms=int(time.time() * 1000))
 
 * Window rules (completeness, gamma, prediction drift, unaudited producers) judge each **new final**
-  window of a (topic, tier), in window order. A final window already judged (a micro-batch Spark
-  re-runs after a driver crash) is skipped, so replays emit nothing twice.
+  window of a (topic, tier), in the order windows become final: window order, except that a window
+  that waited longer (its producers' ``message.timeout.ms`` was longer, or an audit consumer had not
+  closed it: docs/DESIGN.md, invariant 8) is judged when it is final, after newer ones. A final window
+  already judged (a micro-batch Spark re-runs after a driver crash) is skipped, so replays emit nothing
+  twice.
 * The audit-lag rule judges, at every call, the windows of each (topic, tier) still provisional at
   wall clock ``now_ms`` (it learns of them from the provisional results; a final result ends them).
 * Each (alertname, topic, tier) has its own state machine (:mod:`alerts.state`); only its FIRE and
@@ -44,6 +47,10 @@ AlertKey = tuple[str, str, str]
 """(alertname, topic, tier)."""
 
 _REQUIRED = ("topic", "tier", "state", "window_start_ms", "window_end_ms")
+MAX_JUDGED_AHEAD = 1_000
+"""How many final windows of a (topic, tier) may be judged while an older one is still open; beyond
+that the oldest open ones are given up (counted as judged), so a window that never becomes final cannot
+grow the engine's memory."""
 
 
 def _observed(obs: Observation) -> dict[str, Any]:
@@ -77,6 +84,9 @@ class AlertEngine:
         self._firing: dict[AlertKey, AlertEvent] = {}
         self._last_end: dict[AlertKey, int] = {}
         self._last_final: dict[tuple[str, str], int] = {}
+        """Per (topic, tier): every window starting at or before this has been judged final, ms."""
+        self._judged_ahead: dict[tuple[str, str], set[int]] = {}
+        """Per (topic, tier): windows judged final that start after ``_last_final`` (an older one is open)."""
         self._open: dict[tuple[str, str], dict[int, int]] = {}
         self._waits: dict[tuple[str, str], dict[int, int]] = {}
         """``final_wait_ms`` of open windows that have one, by (topic, tier) and window start, ms."""
@@ -114,7 +124,7 @@ class AlertEngine:
             start = int(row["window_start_ms"])
             if row["state"] == "final":
                 finals.setdefault(key, {})[start] = row
-            elif start > self._last_final.get(key, -1):
+            elif not self._is_judged(key, start):
                 self._open.setdefault(key, {})[start] = int(row["window_end_ms"])
                 if row.get("final_wait_ms") is not None:
                     self._waits.setdefault(key, {})[start] = int(row["final_wait_ms"])
@@ -125,9 +135,9 @@ class AlertEngine:
         events: list[AlertEvent] = []
         for key, by_start in finals.items():
             for start in sorted(by_start):
-                if start <= self._last_final.get(key, -1):
+                if self._is_judged(key, start):
                     continue  # judged before (a re-run micro-batch)
-                self._last_final[key] = start
+                self._mark_judged(key, start)
                 row = self._with_audited(key, by_start[start])
                 for rule in self.window_rules:
                     machine = self._machine(rule.alertname, key, rule.for_count, rule.keep_firing_count)
@@ -135,15 +145,15 @@ class AlertEngine:
                     events.extend(self._step(rule.alertname, rule.severity, key, machine, obs, now_ms))
             open_ = self._open.get(key, {})
             waits = self._waits.get(key, {})
-            for start in [s for s in open_ if s <= self._last_final[key]]:
+            for start in [s for s in open_ if self._is_judged(key, s)]:
                 del open_[start]
                 waits.pop(start, None)
             lagging = self._lagging.get(key, {})
-            for start in [s for s in lagging if s <= self._last_final[key]]:
+            for start in [s for s in lagging if self._is_judged(key, s)]:
                 del lagging[start]
             judged = self._lag_judged.get(key)
             if judged:
-                judged -= {s for s in judged if s <= self._last_final[key]}
+                judged -= {s for s in judged if self._is_judged(key, s)}
         events.extend(self._judge_lagging(now_ms))
         if self.lag_rule is not None:
             rule = self.lag_rule
@@ -167,6 +177,7 @@ class AlertEngine:
             "firing": [e.to_dict() for e in self._firing.values()],
             "last_end": [[*k, v] for k, v in sorted(self._last_end.items())],
             "last_final": [[*k, v] for k, v in sorted(self._last_final.items())],
+            "judged_ahead": [[*k, sorted(v)] for k, v in sorted(self._judged_ahead.items()) if v],
             "open": [[*k, sorted(v.items())] for k, v in sorted(self._open.items())],
             "open_waits": [[*k, sorted(v.items())] for k, v in sorted(self._waits.items()) if v],
             "lag_judged": [[*k, sorted(v)] for k, v in sorted(self._lag_judged.items()) if v],
@@ -195,6 +206,7 @@ class AlertEngine:
             firing = {(e.alertname, e.topic, e.tier): e for e in map(AlertEvent.from_dict, state["firing"])}
             last_end = {(n, t, r): int(v) for n, t, r, v in state["last_end"]}
             last_final = {(t, r): int(v) for t, r, v in state["last_final"]}
+            ahead = {(t, r): {int(a) for a in v} for t, r, v in state.get("judged_ahead", [])}
             open_ = {(t, r): {int(a): int(b) for a, b in v} for t, r, v in state["open"]}
             waits = {(t, r): {int(a): int(b) for a, b in v} for t, r, v in state.get("open_waits", [])}
             lag_judged = {(t, r): {int(a) for a in v} for t, r, v in state.get("lag_judged", [])}
@@ -205,6 +217,7 @@ class AlertEngine:
             raise ValueError("not an alert engine state: a firing event without a firing state machine")
         self._machines, self._firing, self._last_end = machines, firing, last_end
         self._last_final, self._open, self._waits = last_final, open_, waits
+        self._judged_ahead = ahead
         self._lag_judged, self._lagging = lag_judged, {}
         self._audited_end = audited_end
 
@@ -217,6 +230,21 @@ class AlertEngine:
         return {k: m.state for k, m in self._machines.items()}
 
     # ------------------------------------------------------------------------------------- internals
+    def _is_judged(self, key: tuple[str, str], start: int) -> bool:
+        """Return True if the window of ``key`` starting at ``start`` (ms) has been judged final."""
+        return start <= self._last_final.get(key, -1) or start in self._judged_ahead.get(key, ())
+
+    def _mark_judged(self, key: tuple[str, str], start: int) -> None:
+        """Record a judged final window; move ``_last_final`` up to just before the oldest open window."""
+        ahead = self._judged_ahead.setdefault(key, set())
+        ahead.add(start)
+        newest = max(ahead)
+        waiting = sorted(s for s in self._open.get(key, {}) if s < newest and not self._is_judged(key, s))
+        if len(ahead) > MAX_JUDGED_AHEAD:
+            waiting = [s for s in waiting if s > sorted(ahead)[-MAX_JUDGED_AHEAD]]
+        floor = waiting[0] - 1 if waiting else newest
+        self._last_final[key] = max(self._last_final.get(key, -1), floor)
+        ahead -= {s for s in ahead if s <= self._last_final[key]}
     def _with_audited(self, key: tuple[str, str], row: Mapping[str, Any]) -> Mapping[str, Any]:
         """Return ``row`` with :data:`alerts.rules.TOPIC_AUDITED`: the (topic, tier) has audited producers.
 

@@ -171,6 +171,26 @@ def test_windows_in_one_batch_are_judged_in_window_order(settings):
     assert only(events, GAMMA_BELOW_TARGET)[0].window_start_ms == T0 + W
 
 
+def test_a_window_final_after_a_newer_one_is_judged_once_and_stays_open_until_then(settings):
+    # Window 0 waits longer (say, its producers' message.timeout.ms was longer): window 1 is final first.
+    bad = {"unique": 970, "completeness": 0.97, "loss_rate": 0.03}
+    engine = AlertEngine(settings)
+    engine.observe([window(0, state="provisional", **bad), window(1, state="provisional")], T0)
+    assert only(engine.observe([window(1)], T0 + 1), COMPLETENESS_BELOW_TARGET) == []
+    # window 0 is still open: the audit-lag rule sees it, and a restart keeps it undecided
+    lag = only(engine.observe([], window(0)["window_end_ms"] + 10**6), AUDIT_LAG)
+    assert [e.window_start_ms for e in lag] == [T0]
+    restarted = AlertEngine(settings)
+    restarted.restore(engine.to_state())
+    for e in (engine, restarted):
+        (ev,) = only(e.observe([window(0, **bad)], T0 + 2), COMPLETENESS_BELOW_TARGET)
+        assert ev.status is AlertStatus.FIRING and ev.window_start_ms == T0
+        # replays of either final window change nothing
+        assert only(e.observe([window(0, **bad), window(1)], T0 + 3), COMPLETENESS_BELOW_TARGET) == []
+        state = e.to_state()
+        assert state["judged_ahead"] == [] and state["last_final"] == [["t", "cluster:a", T0 + W]]
+
+
 def test_fire_resolve_fire_in_one_call_gives_distinct_episodes():
     engine = AlertEngine(AlertSettings(gamma_for_windows=1, gamma_keep_firing_windows=1))
     events = only(engine.observe([bad_gamma(0), window(1), bad_gamma(2)], T0), GAMMA_BELOW_TARGET)
