@@ -52,7 +52,8 @@ class NetworkHistory:
 
         A sample belongs to the window its interval's midpoint lies in (so each sample counts for one
         window of a sequence). ``rtt_avg_ms`` and ``tcp_retransmit_pct`` (L, percent) are the means
-        over the window's samples (of those that know them), ``rtt_p99_ms`` their maximum; the
+        over the window's samples (of those that know them), ``rtt_p99_ms`` their maximum,
+        ``rtt_min_ms`` their minimum (the window's best round trip: D without queueing); the
         cumulative counters (``tx_retries``, ``request_timeouts``, ``tx_errors``) are the newest
         sample's. A window shorter than the interval may hold no midpoint: it gets the first sample
         taken after its start.
@@ -69,11 +70,13 @@ class NetworkHistory:
             return None
         rtts = [s.rtt_avg_ms for s in mine if s.rtt_avg_ms is not None]
         p99s = [s.rtt_p99_ms for s in mine if s.rtt_p99_ms is not None]
+        mins = [s.rtt_min_ms for s in mine if s.rtt_min_ms is not None]
         losses = [s.tcp_retransmit_pct for s in mine if s.tcp_retransmit_pct is not None]
         last = mine[-1]
         return NetworkStats(
             rtt_avg_ms=fmean(rtts) if rtts else None,
             rtt_p99_ms=max(p99s) if p99s else None,
+            rtt_min_ms=min(mins) if mins else None,
             tx_retries=last.tx_retries,
             request_timeouts=last.request_timeouts,
             tx_errors=last.tx_errors,

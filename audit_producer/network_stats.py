@@ -105,6 +105,7 @@ def parse_statistics(stats_json: str, tcp_retransmit_pct: float | None = None) -
         return NetworkStats(tcp_retransmit_pct=tcp_retransmit_pct)
     avgs: list[float] = []
     p99s: list[float] = []
+    mins: list[float] = []
     retries = timeouts = errors = 0
     for broker in (doc.get("brokers") or {}).values():
         if broker.get("nodeid", -1) < 0:
@@ -113,12 +114,14 @@ def parse_statistics(stats_json: str, tcp_retransmit_pct: float | None = None) -
         if rtt.get("cnt", 0) > 0:
             avgs.append(rtt.get("avg", 0) / 1000.0)
             p99s.append(rtt.get("p99", 0) / 1000.0)
+            mins.append(rtt.get("min", 0) / 1000.0)
         retries += int(broker.get("txretries", 0))
         timeouts += int(broker.get("req_timeouts", 0))
         errors += int(broker.get("txerrs", 0))
     return NetworkStats(
         rtt_avg_ms=sum(avgs) / len(avgs) if avgs else None,
         rtt_p99_ms=max(p99s) if p99s else None,
+        rtt_min_ms=min(mins) if mins else None,
         tx_retries=retries,
         request_timeouts=timeouts,
         tx_errors=errors,

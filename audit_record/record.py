@@ -127,11 +127,15 @@ class NetworkStats:
 
     A producer snapshot carries the statistics samples of its own window (those whose interval's
     midpoint lies in it), reduced by :class:`audit_producer.network_history.NetworkHistory`: means of
-    ``rtt_avg_ms`` and ``tcp_retransmit_pct``, the maximum ``rtt_p99_ms``, the newest counters.
+    ``rtt_avg_ms`` and ``tcp_retransmit_pct``, the maximum ``rtt_p99_ms``, the minimum ``rtt_min_ms``,
+    the newest counters.
 
     Attributes:
         rtt_avg_ms: Mean of the brokers' ``rtt.avg`` (ms); None before the first statistics callback.
         rtt_p99_ms: Max over brokers of ``rtt.p99`` (ms).
+        rtt_min_ms: Min over brokers of ``rtt.min`` (ms): the delay the network adds to a round trip
+            without the queueing behind the producer's own backlog that ``rtt.avg`` includes (the
+            estimate of D); None when unknown or in a record written before the field existed.
         tx_retries: Sum over brokers of ``txretries`` (cumulative).
         request_timeouts: Sum over brokers of ``req_timeouts`` (cumulative).
         tx_errors: Sum over brokers of ``txerrs`` (cumulative).
@@ -142,6 +146,7 @@ class NetworkStats:
 
     rtt_avg_ms: float | None = None
     rtt_p99_ms: float | None = None
+    rtt_min_ms: float | None = None
     tx_retries: int = 0
     request_timeouts: int = 0
     tx_errors: int = 0
@@ -290,6 +295,6 @@ class AuditRecord:
 _FLOAT_FIELDS: dict[type, tuple[str, ...]] = {
     AuditRecord: ("latency_p50_ms", "latency_p99_ms", "latency_max_ms"),
     ProducerConfig: ("linger_ms", "poll_interval_ms"),
-    NetworkStats: ("rtt_avg_ms", "rtt_p99_ms", "tcp_retransmit_pct"),
+    NetworkStats: ("rtt_avg_ms", "rtt_p99_ms", "rtt_min_ms", "tcp_retransmit_pct"),
 }
 """The ``double`` fields of a record and its parts, which :meth:`AuditRecord.validate` requires finite."""

@@ -24,7 +24,8 @@ SEQUENCE_BYTEORDER = "big"
 SEQUENCE_LIMIT = 1 << 63
 """Exclusive upper bound of a sequence number (a signed 64-bit integer, as Spark and Avro read it)."""
 
-_PRODUCER_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,200}$")
+_PRODUCER_ID = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
+"""A producer id, matched whole (``fullmatch``: ``$`` would let a trailing newline through)."""
 
 
 class MalformedStampError(ValueError):
@@ -46,7 +47,7 @@ def encode_prefix(producer_id: str) -> bytes:
     Raises:
         MalformedStampError: if the id is empty, too long or has characters outside ``[A-Za-z0-9._:@-]``.
     """
-    if not _PRODUCER_ID.match(producer_id):
+    if not _PRODUCER_ID.fullmatch(producer_id):
         raise MalformedStampError(f"invalid producer id {producer_id!r}")
     return producer_id.encode()
 
@@ -111,6 +112,6 @@ def producer_id_text(pid: bytes) -> str:
         text = pid.decode()
     except UnicodeDecodeError as exc:
         raise MalformedStampError("producer id is not UTF-8") from exc
-    if not _PRODUCER_ID.match(text):
+    if not _PRODUCER_ID.fullmatch(text):
         raise MalformedStampError(f"invalid producer id {text[:40]!r}")
     return text

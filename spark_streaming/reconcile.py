@@ -29,7 +29,7 @@ _KEEP = (
 )
 """What a snapshot keeps of an :class:`~audit_record.AuditRecord` (its counters, what orders it, and
 whether its tier had closed the window)."""
-_NETWORK_KEPT = ("rtt_avg_ms", "tx_retries", "request_timeouts", "tcp_retransmit_pct")
+_NETWORK_KEPT = ("rtt_avg_ms", "tx_retries", "request_timeouts", "tcp_retransmit_pct", "rtt_min_ms")
 """What a snapshot keeps of the producer's :class:`~audit_record.NetworkStats`."""
 
 
@@ -93,6 +93,23 @@ def message_timeout_ms(snapshots: Iterable[Mapping[str, Any]]) -> int | None:
     if not timeouts:
         return None
     return 0 if 0 in timeouts else max(timeouts)
+
+
+def delay_estimate_ms(network: Mapping[str, Any]) -> float | None:
+    """Return one producer's estimate of D, the network delay of the paper's Eq. 1, ms (None: unknown).
+
+    D is the delay the network adds to a round trip: the paper's testbed (Sec. V) sets it with NetEm on
+    the producer's interface, so every round trip grows by D. librdkafka's mean request RTT
+    (``rtt_avg_ms``) also holds the time a request waits behind the producer's own backlog, which grows
+    with loss (measured: 140 ms mean RTT/2 where the link added 40 ms); the window's smallest RTT
+    (``rtt_min_ms``) does not. Snapshots written before ``rtt_min_ms`` existed fall back to the mean
+    RTT / 2 (the estimate used until then).
+    """
+    if network.get("rtt_min_ms") is not None:
+        return float(network["rtt_min_ms"])
+    if network.get("rtt_avg_ms") is not None:
+        return float(network["rtt_avg_ms"]) / 2
+    return None
 
 
 _LAG_COUNTS = ("sent", "received", "unique", "duplicated", "unaudited")
@@ -258,7 +275,9 @@ def reconcile(
 
     R_l, R_d and completeness follow Eq. 3 over the window (:mod:`spark_streaming.rates`); unique and
     duplicated count only producers that reported (the rest are ``unaudited_producers``). The network
-    estimates of the predictor's inputs (Eq. 1): ``delay_ms_est`` D = mean librdkafka broker RTT / 2 (ms),
+    estimates of the predictor's inputs (Eq. 1): ``delay_ms_est`` D = the producers' mean smallest
+    broker RTT of the window (``rtt_min_ms``, ms: the delay the network adds to a round trip, as NetEm's
+    delay on the producer's interface adds it in the paper's Sec. V; :func:`delay_estimate_ms`),
     ``packet_loss_pct_est`` L = the producers' TCP retransmission ratio (percent, weighted by sent),
     ``message_size_bytes`` M = value bytes / messages sent (producers reporting bytes). ``partitions``
     breaks each tier's result down by partition (:func:`partition_breakdown`).
@@ -277,6 +296,7 @@ def reconcile(
     configs = {tuple(snapshot_config(s).values()) for s in producers if s.get("config")}
     networks = [(s, n) for s in producers if (n := _network(s)) is not None]
     rtts = [n["rtt_avg_ms"] for _, n in networks if n.get("rtt_avg_ms") is not None]
+    delays = [d for _, n in networks if (d := delay_estimate_ms(n)) is not None]
     # L estimate: the producers' TCP retransmission ratios, weighted by what each sent (state written
     # before the field existed lacks it).
     losses = [
@@ -319,7 +339,7 @@ def reconcile(
                 **config,
                 producer_configs=len(configs),
                 rtt_avg_ms=sum(rtts) / len(rtts) if rtts else None,
-                delay_ms_est=sum(rtts) / len(rtts) / 2 if rtts else None,
+                delay_ms_est=sum(delays) / len(delays) if delays else None,
                 packet_loss_pct_est=(
                     sum(x * w for x, w in losses) / loss_weight
                     if loss_weight

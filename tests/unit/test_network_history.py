@@ -15,7 +15,11 @@ from audit_record import AuditRecord, NetworkStats
 
 def _stats(rtt_ms: float, loss_pct: float | None = None, retries: int = 0) -> NetworkStats:
     return NetworkStats(
-        rtt_avg_ms=rtt_ms, rtt_p99_ms=2 * rtt_ms, tx_retries=retries, tcp_retransmit_pct=loss_pct
+        rtt_avg_ms=rtt_ms,
+        rtt_p99_ms=2 * rtt_ms,
+        rtt_min_ms=rtt_ms / 4,
+        tx_retries=retries,
+        tcp_retransmit_pct=loss_pct,
     )
 
 
@@ -38,6 +42,7 @@ def test_each_sample_counts_for_the_window_its_interval_midpoint_is_in():
         6,
         20,
     )
+    assert (first.rtt_min_ms, second.rtt_min_ms) == (2.5, 25)  # the window's best round trip
     assert h.during(20_000, 30_000) is None  # nothing taken after its start yet: the caller falls back
     h.forget_before(10_000)
     assert len(h) == 2 and h.during(10_000, 20_000) == second  # what the open windows need is kept

@@ -1,6 +1,7 @@
 """Audit record / window result schema evolution, the L estimate, and the D / L / M columns of a window."""
 
 import io
+import json
 
 import fastavro
 import pytest
@@ -122,6 +123,10 @@ def test_records_written_before_partitions_decode_with_none():
     old = _record().to_avro()
     del old["partitions"]
     assert decode(_single_object("audit_record.v2", old)).partitions == []
+    v3 = _record(network=NetworkStats(rtt_avg_ms=9.0, rtt_min_ms=4.0)).to_avro()
+    del v3["network"]["rtt_min_ms"]
+    rec = decode(_single_object("audit_record.v3", v3))
+    assert rec.network is not None and (rec.network.rtt_avg_ms, rec.network.rtt_min_ms) == (9.0, None)
     row = window_result.blank(topic="t", window_start_ms=0, tier="cluster:a")
     v4 = {f["name"] for f in codec.schema("window_result.v4")["fields"]}
     body = {k: v for k, v in row.items() if k in v4}
@@ -169,7 +174,26 @@ def test_parse_statistics_carries_the_loss_estimate():
     stats = '{"brokers": {"b1": {"nodeid": 1, "rtt": {"cnt": 3, "avg": 4000, "p99": 9000}, "txretries": 2}}}'
     n = parse_statistics(stats, 7.5)
     assert (n.rtt_avg_ms, n.rtt_p99_ms, n.tx_retries, n.tcp_retransmit_pct) == (4.0, 9.0, 2, 7.5)
+    brokers = {
+        "b1": {"nodeid": 1, "rtt": {"cnt": 3, "avg": 90_000, "min": 41_000, "p99": 1}},
+        "b2": {"nodeid": 2, "rtt": {"cnt": 2, "avg": 60_000, "min": 40_000, "p99": 1}},
+        "b3": {"nodeid": 3, "rtt": {"cnt": 0, "avg": 0, "min": 0, "p99": 0}},  # no requests: no RTT
+        "boot": {"nodeid": -1, "rtt": {"cnt": 1, "avg": 1, "min": 1, "p99": 1}},
+    }
+    assert parse_statistics(json.dumps({"brokers": brokers})).rtt_min_ms == 40.0
     assert parse_statistics("not json", 1.0).tcp_retransmit_pct == 1.0
+
+
+def test_d_is_the_smallest_round_trip_of_the_window_where_producers_report_it():
+    # p1: mean RTT 140 ms of which 100 ms queueing behind its backlog, best round trip 40 ms; p2 (an older
+    # producer) reports no minimum: its mean RTT / 2 stands in.
+    p1 = compact(_record(producer_id="p1", network=NetworkStats(rtt_avg_ms=140.0, rtt_min_ms=40.0)), 0, 1)
+    p2 = compact(_record(producer_id="p2", network=NetworkStats(rtt_avg_ms=20.0)), 0, 2)
+    [row] = reconcile("orders", 60_000, 120_000, [p1, p2], ["a"], FINAL)
+    assert row["delay_ms_est"] == pytest.approx((40.0 + 10.0) / 2)
+    assert row["rtt_avg_ms"] == pytest.approx(80.0)  # the mean RTT is still reported as measured
+    [alone] = reconcile("orders", 60_000, 120_000, [p1], ["a"], FINAL)
+    assert alone["delay_ms_est"] == pytest.approx(40.0)
 
 
 def test_window_estimates_d_l_m_from_producer_snapshots():
@@ -188,7 +212,7 @@ def test_window_estimates_d_l_m_from_producer_snapshots():
         _record(tier="cluster:a", producer_id="p1", sent=0, bytes=0, received=300, unique=300), 1, 1
     )
     [row] = reconcile("orders", 60_000, 120_000, [p1, p2, cluster], ["a"], FINAL)
-    assert row["delay_ms_est"] == pytest.approx((1.5 + 4.5) / 2 / 2)  # D = mean RTT / 2
+    assert row["delay_ms_est"] == pytest.approx((1.5 + 4.5) / 2 / 2)  # no rtt_min_ms: D = mean RTT / 2
     assert row["packet_loss_pct_est"] == pytest.approx((12.5 * 300 + 2.0 * 100) / 400)  # weighted by sent
     assert row["message_size_bytes"] == pytest.approx(80_000 / 400)
     # State written by an older job: positional config and network lists (the network one without the
