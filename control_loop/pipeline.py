@@ -19,6 +19,7 @@ to the control topic. Nothing here raises into the job: failures are logged.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -124,11 +125,15 @@ class ControlLoop:
         """In apply mode, read the control topic once (versions) and create the writer; False on failure."""
         if self.reader is not None:
             return True
+        reader = None
         try:
             reader = self._reader_factory()
             reader.read_to_end()
             self.publisher = self.publisher or self._publisher_factory()
         except Exception as exc:  # the broker is away: try again on the next micro-batch
+            if reader is not None:  # its consumer is closed now, not left to the garbage collector
+                with contextlib.suppress(Exception):
+                    reader.close()
             log.warning(
                 "control topic %s not readable, no decision this micro-batch: %s",
                 self.settings.control_topic,

@@ -134,6 +134,17 @@ def test_apply_writes_one_record_per_change(tmp_path):
     assert loop.unsent == []
 
 
+def test_a_control_topic_that_cannot_be_read_closes_its_reader_and_decides_nothing(tmp_path):
+    class AwayReader(FakeReader):
+        def read_to_end(self) -> dict[str, ControlRecord]:
+            raise RuntimeError("broker away")
+
+    away = AwayReader()
+    loop = make_loop(tmp_path, reader=away)
+    assert loop.process([row(0)], now_after(0)) == []
+    assert away.closed and loop.reader is None and loop.producers == []
+
+
 def test_versions_continue_after_a_forced_record(tmp_path):
     loop = make_loop(tmp_path, reader=FakeReader({"orders": forced(7)}))
     (d,) = loop.process([row(0)], now_after(0))
