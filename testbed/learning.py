@@ -73,36 +73,38 @@ def evaluate_learning(
             ``decisions.jsonl``.
 
     Returns:
-        The summary: per model (champion, shipped) MAE(P_l) and 90% coverage on the held-out windows,
-        the champion's metrics on the paper's held-back split, and the registry's decisions.
+        The summary: per model (the champion as the job served it, the shipped model, every model
+        retraining made, promoted or rejected, recomputed) MAE(P_l) and 90% coverage on the held-out
+        windows, the champion's metrics on the paper's held-back split, and the registry's decisions.
+        With no promoted model the champion is the shipped one.
 
     Raises:
-        ConfigError: if the held-out store has no windows or the registry has no champion.
+        ConfigError: if the held-out store has no windows.
     """
     registry = ModelRegistry(registry_dir)
     version = registry.champion_version()
     champion_dir = registry.champion_dir()
-    if champion_dir is None:
-        raise ConfigError(f"--registry {registry_dir}: no promoted model (the champion is the shipped one)")
-    champion = Predictor.load(champion_dir)
+    champion = Predictor.load(champion_dir) if champion_dir is not None else default_predictor()
     held = TrainingStore(holdout_store).load()
     if held.empty:
         raise ConfigError(f"--holdout {holdout_store}: no stored windows")
     held = held.reset_index(drop=True)
     served = held[held["model_version"] == version]
     shipped_pred = _predict(default_predictor(), held)
-    champion_pred = _predict(champion, held)
+    champion_pred = _predict(champion, held) if champion_dir is not None else shipped_pred
     scores = [
-        score(f"{version} (champion, recomputed)", held["p_loss"], *(champion_pred[c] for c in _BOUNDS)),
-        score(
-            f"{version} (champion, as the job predicted)",
-            served["p_loss"],
-            served["pred_p_loss"],
-            served["pred_p_loss_lo"],
-            served["pred_p_loss_hi"],
-        ),
+        score(f"{version} (champion, as the job predicted)", served["p_loss"], *(served[c] for c in _SERVED)),
         score("shipped", held["p_loss"], *(shipped_pred[c] for c in _BOUNDS)),
     ]
+    promoted = {d.get("challenger_version") for d in registry.decisions() if d.get("promoted")}
+    for challenger in registry.versions():  # every model retraining made, promoted or not
+        directory = registry.version_dir(challenger)
+        if directory is None:
+            continue
+        pred = champion_pred if challenger == version else _predict(Predictor.load(directory), held)
+        fate = "champion" if challenger == version else "promoted" if challenger in promoted else "rejected"
+        name = f"{challenger} ({fate}, recomputed)"
+        scores.append(score(name, held["p_loss"], *(pred[c] for c in _BOUNDS)))
     paper = paper_heldout()
     paper_pred = champion.predict(paper)
     shipped_paper = default_predictor().predict(paper)
@@ -138,3 +140,4 @@ def evaluate_learning(
 
 
 _BOUNDS = ("p_loss", "p_loss_lo", "p_loss_hi")
+_SERVED = ("pred_p_loss", "pred_p_loss_lo", "pred_p_loss_hi")
