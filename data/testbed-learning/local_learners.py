@@ -1,6 +1,6 @@
 """Issue 13: the MAE(P_l) any learner of the model's features can reach on this testbed's windows.
 
-Reads the committed learning-experiment windows (rounds 1-3, ``training-windows.csv`` and
+Reads the committed learning-experiment windows (rounds 1-4, ``training-windows.csv`` and
 ``holdout-windows.csv``) and prints two tables:
 
 1. **Repeatability**: windows whose features (acks, ``batch.num.messages``, ``message.timeout.ms``,
@@ -8,7 +8,7 @@ Reads the committed learning-experiment windows (rounds 1-3, ``training-windows.
    For such a group the median of its R_l minimises the sum of absolute errors, so the MAE of the group
    medians is a lower bound on the MAE(P_l) that any deterministic function of these features can reach
    on those windows.
-2. **Local learners on the held-out runs** (the ``shift`` scenario of rounds 2 and 3):
+2. **Local learners on the held-out runs** (the ``shift`` scenario of rounds 2 to 4):
    k-nearest-neighbour medians trained on every training window (standardised features, log of D,
    B and T_o), beside a constant, the shipped model and the predictions the job served.
 
@@ -75,8 +75,12 @@ def knn_mae(train: pd.DataFrame, test: pd.DataFrame, k: int) -> float:
     return float(np.abs(pred - test["p_loss"].to_numpy()).mean())
 
 
-ROUNDS = ("", "session13b", "session14-quiet")
-"""Round directories: round 1 (loaded host), round 2 (``session13b``, load 15-26), round 3 (quiet host)."""
+ROUNDS = ("", "session13b", "session14-quiet", "session16-min-rtt")
+"""Round directories: round 1 (loaded host), round 2 (``session13b``, load 15-26), round 3 (quiet host),
+round 4 (quiet host; each window's own network, D from the smallest RTT)."""
+MIN_RTT_ROUNDS = ("session16-min-rtt",)
+"""Rounds whose D is the window's smallest RTT; the others' D is the mean RTT / 2 of the newest sample.
+A held-out run is compared with local learners trained on rounds of its own D only."""
 
 
 def main() -> None:
@@ -88,12 +92,18 @@ def main() -> None:
     for r in ROUNDS:
         windows = pd.concat([_load(n, r) for n in ("training-windows.csv", "holdout-windows.csv")])
         groups, n, mae, mae_lossy = repeatability(windows.reset_index(drop=True))
+        if groups == 0:  # round 4: every window has its own L and D, so no two have identical features
+            rep.add_row(r, "0", "0", "-", "-")
+            continue
         rep.add_row(r or "1", str(groups), str(n), f"{mae:.3f}", f"{mae_lossy:.3f}")
     console.print(rep)
 
-    train = pd.concat([_load("training-windows.csv", r) for r in ROUNDS], ignore_index=True)
-    train = train[train["poll_interval_ms"] > 0]  # round 1 carried 0 (unknown polling interval)
+    every = pd.concat([_load("training-windows.csv", r) for r in ROUNDS], ignore_index=True)
+    every = every[every["poll_interval_ms"] > 0]  # round 1 carried 0 (unknown polling interval)
     for r in ROUNDS[1:]:
+        same_d = every["round"].isin(MIN_RTT_ROUNDS) == (r in MIN_RTT_ROUNDS)
+        train = every[same_d]
+        rounds = "round 4" if r in MIN_RTT_ROUNDS else "rounds 1-3"
         held = _load("holdout-windows.csv", r)
         champion = str(held["model_version"].mode().iloc[0])
         table = Table(title=f"Held-out run of round {r} (shift, {len(held)} windows): MAE(P_l), fractions")
@@ -109,7 +119,7 @@ def main() -> None:
         )
         for k in (1, 3, 5, 9, 15):
             table.add_row(
-                f"{k}-nearest-neighbour median ({len(train)} local windows, all rounds)",
+                f"{k}-nearest-neighbour median ({len(train)} local windows, {rounds})",
                 f"{knn_mae(train, held, k):.3f}",
             )
         console.print(table)
