@@ -94,7 +94,8 @@ def test_final_windows_carry_prediction_gamma_suggestion_metrics_and_alert(
     suggested = []
     for r in finals:
         assert r["packet_loss_pct_est"] == PINNED_LOSS_PCT
-        assert r["delay_ms_est"] == pytest.approx(r["rtt_avg_ms"] / 2)
+        # D: the window's smallest broker round trip, at most the mean one (reconcile.delay_estimate_ms)
+        assert 0 < r["delay_ms_est"] <= r["rtt_avg_ms"]
         assert 10 <= r["message_size_bytes"] <= 300
         assert r["p_loss_lo"] <= r["p_loss"] <= r["p_loss_hi"]
         assert r["p_dup_lo"] <= r["p_dup"] <= r["p_dup_hi"]
