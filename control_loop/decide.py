@@ -24,8 +24,13 @@ Per producer group, from the newest final window results (``docs/DESIGN.md``, "C
   ``advice`` (reason ``advise_mode`` / ``kill_switch``), nothing changes. ``off``: no decisions.
 * **Rollback.** After a change the next ``rollback_windows`` k final windows that ran with the new
   configuration (same librdkafka properties, one producer configuration in the window) are measured;
-  if their mean gamma is below the mean of the k windows before the change by more than
-  ``rollback_tolerance``, a ``rollback`` to the previous configuration (next version), else ``kept``.
+  if their mean gamma is below what the change should have given by more than ``rollback_tolerance``,
+  a ``rollback`` to the previous configuration (next version), else ``kept``. What it should have given
+  is the mean measured gamma of the k windows before the change, moved by as much as the network moved
+  the model's prediction for the new configuration: the mean ``gamma_predicted`` of the k windows after
+  (the new configuration on their network) minus the predicted gamma of the change (the new
+  configuration on the network it was decided on). So a network that got worse right after a change
+  (a new loss stage) is not blamed on the change; without predictions the shift is 0.
   Without k such windows within ``evaluation_timeout_ms`` the evaluation ends ``held``/``not_applied``.
 """
 
@@ -233,6 +238,9 @@ class Controller:
         started = int(row.get("window_start_ms") or 0) >= ev.decided_at_ms
         if config is not None and one_config and started and config.runs_as(ev.after):
             ev.gammas_after.append(gamma)
+            predicted = _number(row.get("gamma_predicted"))
+            if predicted is not None:
+                ev.predicted_after_live.append(predicted)
 
     # ------------------------------------------------------------------------------ decisions
     def _decide_group(
@@ -282,7 +290,11 @@ class Controller:
         s = self.settings
         after = _mean(ev.gammas_after[: s.rollback_windows])
         before = ev.measured_gamma_before
-        worse = after is not None and before is not None and after < before - s.rollback_tolerance
+        live = _mean(ev.predicted_after_live[: s.rollback_windows])
+        planned = ev.predicted_gamma_after
+        shift = live - planned if live is not None and planned is not None else 0.0
+        expected = None if before is None else before + shift
+        worse = after is not None and expected is not None and after < expected - s.rollback_tolerance
         numbers = dict(
             predicted_before=ev.predicted_gamma_before,
             predicted_after=ev.predicted_gamma_after,
@@ -291,7 +303,9 @@ class Controller:
         )
         words = (
             f"measured gamma over {s.rollback_windows} window(s) after version {ev.version}: "
-            f"{_fmt(after)} vs {_fmt(before)} before (tolerance {s.rollback_tolerance:g})"
+            f"{_fmt(after)} vs {_fmt(before)} before"
+            + (f", {shift:+.3f} for the network since (predicted)" if shift else "")
+            + f" (tolerance {s.rollback_tolerance:g})"
         )
         if not worse:
             return self._decision(

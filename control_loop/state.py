@@ -39,6 +39,8 @@ class Evaluation:
             change (None: none measured).
         predicted_gamma_before, predicted_gamma_after: Predicted gamma of ``before`` and ``after`` then.
         gammas_after: Measured gamma of the final windows since, that ran with ``after``, oldest first.
+        predicted_after_live: Predicted gamma of ``after`` on each of those windows' own network (the
+            window's ``gamma_predicted``), oldest first; windows without one are left out.
     """
 
     version: int
@@ -49,6 +51,7 @@ class Evaluation:
     predicted_gamma_before: float | None = None
     predicted_gamma_after: float | None = None
     gammas_after: list[float] = field(default_factory=list)
+    predicted_after_live: list[float] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-ready dict."""
@@ -61,6 +64,7 @@ class Evaluation:
             "predicted_gamma_before": self.predicted_gamma_before,
             "predicted_gamma_after": self.predicted_gamma_after,
             "gammas_after": list(self.gammas_after),
+            "predicted_after_live": list(self.predicted_after_live),
         }
 
     @classmethod
@@ -75,6 +79,7 @@ class Evaluation:
             predicted_gamma_before=data.get("predicted_gamma_before"),
             predicted_gamma_after=data.get("predicted_gamma_after"),
             gammas_after=[float(g) for g in data.get("gammas_after", [])],
+            predicted_after_live=[float(g) for g in data.get("predicted_after_live", [])],
         )
 
 

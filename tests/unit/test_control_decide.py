@@ -84,8 +84,8 @@ def _kept(c: Controller) -> None:
     assert kinds(decide(c, 0)) == [("change", "suggestion")]
     assert kinds(decide(c, 1)) == [("held", "evaluating")]  # still the old configuration
     for i in (2, 3):
-        assert kinds(decide(c, i, batch=4, changes={})) == []
-    assert kinds(decide(c, 4, batch=4, changes={})) == [("kept", "not_worse")]
+        assert kinds(decide(c, i, batch=4, gamma_predicted=0.93, changes={})) == []
+    assert kinds(decide(c, 4, batch=4, gamma_predicted=0.93, changes={})) == [("kept", "not_worse")]
 
 
 def test_dwell_time_between_changes():
@@ -112,10 +112,11 @@ def test_rollback_after_k_worse_windows_and_the_configuration_is_blocked():
         out = decide(c, i, changes={} if i < 2 else None)
     assert kinds(out) == [("change", "suggestion")]
     # windows after the change with the new configuration but worse gamma (0.60 < 0.70 - 0.01)
-    assert decide(c, 3, batch=4, gamma_actual=0.6, changes={}) == []  # started before the change
+    # window 3 started before the change
+    assert decide(c, 3, batch=4, gamma_predicted=0.93, gamma_actual=0.6, changes={}) == []
     for i in (4, 5):
-        assert decide(c, i, batch=4, gamma_actual=0.6, changes={}) == []
-    (d,) = decide(c, 6, batch=4, gamma_actual=0.6, changes={})
+        assert decide(c, i, batch=4, gamma_predicted=0.93, gamma_actual=0.6, changes={}) == []
+    (d,) = decide(c, 6, batch=4, gamma_predicted=0.93, gamma_actual=0.6, changes={})
     assert (d.kind, d.reason, d.version) == ("rollback", "worse", 2)
     assert d.from_config["batch.num.messages"] == 4 and d.to_config["batch.num.messages"] == 1
     assert d.measured_gamma_before == pytest.approx(0.70) and d.measured_gamma_after == pytest.approx(0.60)
@@ -127,12 +128,39 @@ def test_rollback_after_k_worse_windows_and_the_configuration_is_blocked():
     assert (d.kind, d.version) == ("change", 3)
 
 
+def test_a_network_that_got_worse_after_the_change_is_not_blamed_on_it():
+    # Decided at gamma 0.70 measured, 0.72 -> 0.93 predicted; then a loss stage begins: the model now
+    # predicts 0.55 for the new configuration, and 0.60 is measured. 0.60 < 0.70, but the network moved
+    # the prediction by 0.55 - 0.93 = -0.38, so the change should have given 0.32: kept.
+    c = controller()
+    decide(c, 0)
+    for i in (2, 3):
+        decide(c, i, batch=4, gamma_actual=0.6, gamma_predicted=0.55, changes={})
+    (d,) = decide(c, 4, batch=4, gamma_actual=0.6, gamma_predicted=0.55, changes={})
+    assert (d.kind, d.reason) == ("kept", "not_worse")
+    assert "-0.380 for the network since (predicted)" in d.detail
+    # the same measured gamma on an unchanged network (prediction as planned) is a rollback
+    c = controller()
+    decide(c, 0)
+    for i in (2, 3, 4):
+        out = decide(c, i, batch=4, gamma_actual=0.6, gamma_predicted=0.93, changes={})
+    assert kinds(out) == [("rollback", "worse")]
+    # a saved evaluation keeps its live predictions
+    from control_loop.state import Evaluation
+
+    c = controller()
+    decide(c, 0)
+    decide(c, 2, batch=4, gamma_actual=0.6, gamma_predicted=0.55, changes={})
+    ev = c.state.groups["orders"].evaluation
+    assert Evaluation.from_json(ev.to_json()).predicted_after_live == [0.55]
+
+
 def test_within_tolerance_is_not_worse():
     c = controller(rollback_tolerance=0.15)
     decide(c, 0)
     for i in (2, 3):
-        decide(c, i, batch=4, gamma_actual=0.6, changes={})
-    (d,) = decide(c, 4, batch=4, gamma_actual=0.6, changes={})
+        decide(c, i, batch=4, gamma_predicted=0.93, gamma_actual=0.6, changes={})
+    (d,) = decide(c, 4, batch=4, gamma_predicted=0.93, gamma_actual=0.6, changes={})
     assert (d.kind, d.measured_gamma_after) == ("kept", pytest.approx(0.6))
 
 
@@ -143,7 +171,8 @@ def test_windows_with_the_old_or_a_mixed_configuration_do_not_count():
         decide(c, i, changes={})  # old configuration
     assert c.state.groups["orders"].evaluation is not None
     assert c.state.groups["orders"].evaluation.gammas_after == []
-    c.decide([row(8, batch=4, producer_configs=2, changes={})], now_after(8))  # the swap: two configurations
+    # the swap: two configurations in the window
+    c.decide([row(8, batch=4, gamma_predicted=0.93, producer_configs=2, changes={})], now_after(8))
     assert c.state.groups["orders"].evaluation.gammas_after == []
     # no k windows with the new configuration within evaluation_timeout_ms: abandoned
     (d,) = decide(c, 30, changes={})
@@ -165,8 +194,8 @@ def test_kill_switch_stops_a_rollback_too():
     c = controller()
     decide(c, 0)
     for i in (2, 3):
-        decide(c, i, batch=4, gamma_actual=0.5, changes={})
-    (d,) = decide(c, 4, batch=4, gamma_actual=0.5, changes={}, kill=True)
+        decide(c, i, batch=4, gamma_predicted=0.93, gamma_actual=0.5, changes={})
+    (d,) = decide(c, 4, batch=4, gamma_predicted=0.93, gamma_actual=0.5, changes={}, kill=True)
     assert (d.kind, d.reason) == ("advice", "kill_switch")
     assert d.to_config["batch.num.messages"] == 1 and c.state.groups["orders"].version == 1
 
@@ -218,6 +247,6 @@ def test_a_rollback_judged_after_a_switch_to_advise_is_advice():
     decide(c, 0)  # changed in apply mode; the driver restarts in advise mode with the saved state
     advise = Controller(ControlSettings(mode="advise", dwell_ms=0), c.state)
     for i in (2, 3):
-        advise.decide([row(i, batch=4, gamma_actual=0.5, changes={})], now_after(i))
-    (d,) = advise.decide([row(4, batch=4, gamma_actual=0.5, changes={})], now_after(4))
+        advise.decide([row(i, batch=4, gamma_predicted=0.93, gamma_actual=0.5, changes={})], now_after(i))
+    (d,) = advise.decide([row(4, batch=4, gamma_predicted=0.93, gamma_actual=0.5, changes={})], now_after(4))
     assert (d.kind, d.reason, d.version) == ("advice", "advise_mode", 1)

@@ -34,9 +34,9 @@ def decisions_of_a_rollback() -> dict[str, dict]:
     for i, kw in [
         (0, {}),
         (1, {}),
-        (2, {"batch": 4, "gamma_actual": 0.5, "changes": {}}),
-        (3, {"batch": 4, "gamma_actual": 0.5, "changes": {}}),
-        (4, {"batch": 4, "gamma_actual": 0.5, "changes": {}}),
+        (2, {"batch": 4, "gamma_actual": 0.5, "gamma_predicted": 0.93, "changes": {}}),
+        (3, {"batch": 4, "gamma_actual": 0.5, "gamma_predicted": 0.93, "changes": {}}),
+        (4, {"batch": 4, "gamma_actual": 0.5, "gamma_predicted": 0.93, "changes": {}}),
     ]:
         for d in c.decide([row(i, **kw)], now_after(i)):
             out.setdefault(d.kind, d.to_json())
