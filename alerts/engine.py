@@ -245,6 +245,7 @@ class AlertEngine:
         floor = waiting[0] - 1 if waiting else newest
         self._last_final[key] = max(self._last_final.get(key, -1), floor)
         ahead -= {s for s in ahead if s <= self._last_final[key]}
+
     def _with_audited(self, key: tuple[str, str], row: Mapping[str, Any]) -> Mapping[str, Any]:
         """Return ``row`` with :data:`alerts.rules.TOPIC_AUDITED`: the (topic, tier) has audited producers.
 
