@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from predictor.model import default_predictor
+from predictor.model import Predictor
 from predictor.registry import ModelRegistry
 from predictor.training_store import COLUMNS, TrainingStore
 from testbed.learning import evaluate_learning
@@ -44,7 +44,9 @@ def _windows(n: int) -> pd.DataFrame:
 
 def test_no_promoted_model_scores_the_shipped_one_and_every_rejected_challenger(tmp_path):
     registry = ModelRegistry(tmp_path / "models")
-    registry.save(default_predictor(), "v0001")  # retrained, never promoted
+    # retrained, never promoted: a copy of the shipped model (save() sets its card's version, so never
+    # the process-wide default_predictor() itself)
+    registry.save(Predictor.load(None), "v0001")
     held = _windows(4)
     TrainingStore(tmp_path / "holdout").write(0, held)
     summary = evaluate_learning(
