@@ -680,12 +680,15 @@ class AuditedProducer:
         ``generation`` is the first sequence number given to the inner producer that failed the message,
         a lower bound of its own: at least the probation's first sequence number exactly when that
         producer is the one on probation. The report names the partition (-1 when the message failed
-        before librdkafka assigned it one) and the error (``KafkaError.name()``).
+        before librdkafka assigned it one: confluent-kafka's ``Message.partition()`` gives None then, as
+        for a message that timed out or was purged before the topic's metadata arrived) and the error
+        (``KafkaError.name()``).
         """
         w[_FAILED] += 1
         w[_DIRTY] = 1
         by: dict[tuple[int, str], int] = w[_FAILED_BY]
-        key = (msg.partition(), err.name())
+        partition = msg.partition()
+        key = (-1 if partition is None else partition, err.name())
         by[key] = by.get(key, 0) + 1
         probation = self._probation
         if probation is not None:
