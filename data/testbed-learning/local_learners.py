@@ -11,12 +11,18 @@ Reads the committed learning-experiment windows (rounds 1-4, ``training-windows.
 2. **Local learners on the held-out runs** (the ``shift`` scenario of rounds 2 to 4):
    k-nearest-neighbour medians trained on every training window (standardised features, log of D,
    B and T_o), beside a constant, the shipped model and the predictions the job served.
+3. **Stage oracle on the held-out runs** (rounds 3 and 4, which recorded their stages): each window
+   predicted by the median R_l of the windows of its own stage in the same run. It knows the held-out
+   labels, so it is no model; it bounds from below what any predictor can reach whose inputs are the
+   same for every window of a stage (the configuration, the polling interval and the stage's network),
+   on these windows. Only the per-window L and D vary within a stage.
 
 Usage: ``.venv/bin/python data/testbed-learning/local_learners.py`` (no arguments; prints tables).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -83,8 +89,40 @@ MIN_RTT_ROUNDS = ("session16-min-rtt",)
 A held-out run is compared with local learners trained on rounds of its own D only."""
 
 
+def stage_oracle(round_dir: str) -> list[tuple[str, int, float]]:
+    """Return (run, windows, MAE to the stage median) per held-out run of a round, and "both" at the end.
+
+    A window belongs to the stage that sent the middle message of it: the stage producers send their
+    ``sent`` messages one after the other (``stages.json``), so cumulative counts place each window.
+    The held-out windows of a run are those with the run's ``batch.num.messages`` and
+    ``message.timeout.ms``. R_l is a fraction.
+    """
+    runs = json.loads((HERE / round_dir / "stages.json").read_text())
+    held = _load("holdout-windows.csv", round_dir)
+    out, errors = [], []
+    for name, run in sorted(runs.items()):
+        if not name.startswith("shift"):
+            continue
+        stages = run["stages"] if isinstance(run, dict) else run
+        config = stages[0]["config"]
+        mine = held[
+            (held["batch_num_messages"] == config["batch.num.messages"])
+            & (held["message_timeout_ms"] == config["message.timeout.ms"])
+        ].sort_values("window_start_ms")
+        sent = mine["n_sent"].to_numpy(dtype=float)
+        middle = np.cumsum(sent) - sent / 2
+        stage = np.searchsorted(np.cumsum([s["sent"] for s in stages]), middle, side="right")
+        median = mine.groupby(stage)["p_loss"].transform("median")
+        err = (mine["p_loss"] - median).abs()
+        errors.append(err)
+        out.append((name, len(mine), float(err.mean())))
+    both = pd.concat(errors)
+    out.append(("both", len(both), float(both.mean())))
+    return out
+
+
 def main() -> None:
-    """Print the repeatability table per round and the local-learner table per held-out run."""
+    """Print the repeatability table, the local-learner table per held-out run and the stage oracle."""
     console = Console()
     rep = Table(title="Windows with identical features: the floor for any model of these features")
     for col in ("round", "groups", "windows", "MAE to group median", "same, lossy groups"):
@@ -123,6 +161,19 @@ def main() -> None:
                 f"{knn_mae(train, held, k):.3f}",
             )
         console.print(table)
+
+    oracle = Table(
+        title="Stage oracle: each held-out window predicted by the median R_l of its own stage in its run "
+        "(knows the labels: a floor for inputs constant within a stage), MAE(P_l), fractions"
+    )
+    for col in ("round", "held-out run", "windows", "MAE to stage median"):
+        oracle.add_column(col, justify="right")
+    for r in ROUNDS:
+        if not (HERE / r / "stages.json").exists() or not r:
+            continue
+        for name, n, mae in stage_oracle(r):
+            oracle.add_row(r, name, str(n), f"{mae:.3f}")
+    console.print(oracle)
 
 
 if __name__ == "__main__":
