@@ -6,7 +6,7 @@ a heartbeat thread (event time advances while producers are idle) and the sinks.
 :meth:`ReconciliationJob.stop`.
 
 The query: Kafka source -> decode (``mapInPandas``) -> stateful reconcile (``applyInPandasWithState``)
--> ``foreachBatch``: the live comparison (``mapInPandas`` on the micro-batch,
+-> ``foreachBatch``: the live comparison (on the driver, over the micro-batch's collected rows,
 :mod:`spark_streaming.predict`: P_l, P_d, gamma, suggestion for final windows, with the model the
 driver chose for this micro-batch: the registry's champion, so a promotion is served from the next
 micro-batch on), ``model_calibrated`` (:mod:`spark_streaming.calibration`), exactly-once sinks, the
@@ -36,7 +36,7 @@ from kafka_plumbing.topics import AUDIT_TOPIC_CONFIG, ensure_topic
 from spark_streaming.decode import DECODED_SCHEMA, HEARTBEAT_KEY, decode_batches
 from spark_streaming.live_model import DecisionListener, LiveModel
 from spark_streaming.metrics import ResultMetrics
-from spark_streaming.predict import KpiConfig, make_predict_step
+from spark_streaming.predict import KpiConfig, predict_rows
 from spark_streaming.settings import DEFAULT_GAMMA_TARGET, SparkJobSettings
 from spark_streaming.sinks import KafkaResultSink, ParquetResultSink
 from spark_streaming.state import OUTPUT_COLUMNS, OUTPUT_SCHEMA, STATE_SCHEMA, make_reconciler
@@ -165,11 +165,11 @@ class ReconciliationJob:
         t0 = time.monotonic()
         assert self._kpi is not None
         config = self.live_model.begin_batch(batch_id, self._kpi)  # the model is fixed per micro-batch
-        if self.s.predict:
-            df = df.mapInPandas(make_predict_step(config, list(OUTPUT_COLUMNS)), OUTPUT_SCHEMA)
         # Through Arrow, not collect(): pickled Row objects cost seconds per micro-batch at 3,000 topics
         # (issue 17; tens of thousands of rows of 74 columns); ints stay ints, nulls None, NaN NaN.
         rows = [_clean(r) for r in df.toArrow().to_pylist()]
+        if self.s.predict:  # on the driver: one model per process, not one per executor Python worker
+            predict_rows(rows, config, list(OUTPUT_COLUMNS))
         # Structure carried as JSON text inside Spark is structure again from here on (sinks, listeners).
         results = [window_result.from_spark(r) for r in rows if r["kind"] == "result"]
         dead = [r for r in rows if r["kind"] == "dead_letter"]

@@ -1,8 +1,8 @@
 """Live comparison: predicted P_l, P_d and gamma next to the measured R_l, R_d of every final window.
 
-The step after the stateful reconciler in the streaming query (``mapInPandas``, see
-:func:`make_predict_step`). For each *final* window result with messages sent and a producer
-configuration it
+The step after the stateful reconciler, run by the driver on each micro-batch's collected rows
+(:func:`predict_rows`; :func:`make_predict_step` is the same step as a ``mapInPandas`` function). For
+each *final* window result with messages sent and a producer configuration it
 
 1. builds the predictor's input (paper Eq. 1, :data:`predictor.features.FEATURES`) from the window:
    ``acks`` 0/1 (``all``/``-1`` count as 1), L = ``packet_loss_pct_est`` (percent, 0 if unknown),
@@ -23,8 +23,8 @@ configuration it
 
 Every predicted row carries ``model_version``: the version of the model that made it (the model
 registry's champion the driver chose for the micro-batch, ``shipped`` for the shipped model; see
-:mod:`spark_streaming.live_model`). The model is loaded once per Python worker and model directory
-(module-level cache of the few newest) and only when a partition holds a final window.
+:mod:`spark_streaming.live_model`). The model is loaded once per process (the driver) and model directory
+(module-level cache of the few newest) and only when a micro-batch holds a final window.
 
 Nothing here fails a micro-batch: a failure leaves the prediction columns null, names its stage in the
 row's ``predict_stage`` (``model``, ``input``, ``predict``, ``kpi`` or ``suggest``), which
@@ -373,10 +373,10 @@ MODELS_CACHED = 3
 def load_model(model_dir: str | None) -> Any:
     """Return the predictor of ``model_dir`` (None: the shipped default), loaded once per process.
 
-    In a Spark Python worker this is once per worker (workers are reused across tasks) and model
-    directory (and weights file: a directory whose weights were replaced is loaded again). The
-    :data:`MODELS_CACHED` most recently loaded stay cached. Torch runs on one thread: Spark already
-    runs one task per core.
+    The job calls it on the driver (:func:`predict_rows`): once per driver process and model directory
+    (and weights file: a directory whose weights were replaced is loaded again); in a Spark Python
+    worker (:func:`make_predict_step`) once per worker. The :data:`MODELS_CACHED` most recently loaded
+    stay cached. Torch runs on one thread: a micro-batch's final windows are a few rows per topic.
 
     Raises:
         ConfigError: if the directory is not a model directory.
@@ -429,3 +429,59 @@ def make_predict_step(
             yield done[columns]
 
     return predict_batches
+
+
+# ---------------------------------------------------------------------------------------------- on the driver
+_CHANGED = (*window_result.LIVE_COMPARISON_FIELDS, "predict_stage", "predict_error")
+"""The columns the predict step writes (``model_version`` is among the live-comparison fields)."""
+_CASTS: dict[str, Callable[[Any], Any]] = {
+    "double": float,
+    "int": int,
+    "long": int,
+    "string": str,
+    "boolean": bool,
+}
+
+
+def _cell(value: Any, spark_type: str) -> Any:
+    """Return one predicted cell as the Python value its Spark type gives after Arrow (None for null/NaN)."""
+    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
+        return None
+    if isinstance(value, np.generic):
+        value = value.item()
+        if isinstance(value, float) and np.isnan(value):
+            return None
+    return _CASTS.get(spark_type, lambda v: v)(value)
+
+
+def predict_rows(rows: list[dict[str, Any]], config: KpiConfig, columns: list[str]) -> int:
+    """Run the predict step on the driver over one micro-batch's collected rows; return the rows predicted.
+
+    The predictable rows (:func:`predictable`: final results of the first tier with messages sent and a
+    producer configuration; a few per topic and minute) get the live-comparison fields, each cell the
+    Python value of its Spark type, exactly what the same step gives as ``mapInPandas`` inside the query.
+    On the driver the model is loaded once per driver process and model directory (:func:`load_model`),
+    not once per Python worker of every executor: torch takes about 500 MiB per process, and which of an
+    executor's reused Python workers ran the step (so loaded it) changed from run to run (issue 18: an
+    executor's RSS stepped by 500 MiB at minute 12 of a 60-minute soak). The other rows are untouched.
+
+    Args:
+        rows: The micro-batch's rows (``toArrow().to_pylist()``, NaN already None), changed in place.
+        config: Topic weights, targets, fallbacks and the model directory of this micro-batch.
+        columns: The output columns (:data:`spark_streaming.state.OUTPUT_COLUMNS`).
+    """
+    at = [i for i, r in enumerate(rows) if r.get("kind") == "result" and r.get("state") == "final"]
+    if not at:
+        return 0
+    frame = pd.DataFrame([rows[i] for i in at], columns=columns)
+    todo = predictable(frame)
+    if not todo.any():
+        return 0
+    frame = frame[todo].reset_index(drop=True)
+    [done] = list(make_predict_step(config, columns)(iter([frame])))
+    picked = [i for i, ok in zip(at, todo.to_numpy(), strict=True) if ok]
+    types = {c: window_result.SPARK_TYPES.get(c, "string") for c in _CHANGED}
+    for col in _CHANGED:
+        for i, value in zip(picked, done[col].tolist(), strict=True):
+            rows[i][col] = _cell(value, types[col])
+    return len(picked)

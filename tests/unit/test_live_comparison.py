@@ -21,6 +21,7 @@ from spark_streaming.predict import (
     add_predictions,
     feature_frame,
     make_predict_step,
+    predict_rows,
 )
 from spark_streaming.settings import SparkJobSettings
 from spark_streaming.state import OUTPUT_COLUMNS
@@ -214,6 +215,33 @@ def test_predict_step_passes_other_batches_through_and_keeps_the_column_order(mo
     [done] = list(step(iter([pd.DataFrame([_row()], columns=OUTPUT_COLUMNS)])))
     assert list(done.columns) == OUTPUT_COLUMNS and done["p_loss"].notna().all()
     assert loads == [None]  # the model is asked for only when a batch holds a final window
+
+
+def test_the_driver_predicts_the_final_rows_as_the_spark_step_would_with_python_values(model, monkeypatch):
+    loads = []
+    monkeypatch.setattr(predict_module, "load_model", lambda d: loads.append(d) or model)
+    rows = [
+        _row(),  # below target: predictions, gammas and a suggestion
+        _row(state="provisional"),
+        {**{c: None for c in OUTPUT_COLUMNS}, "kind": "producer", "topic": TOPIC, "producer_id": "p"},
+        _row(acks="2", window_start_ms=10_000, window_end_ms=20_000),  # bad input: an error, no numbers
+    ]
+    before = [dict(r) for r in rows]
+    assert predict_rows(rows, CONFIG, OUTPUT_COLUMNS) == 2
+    assert loads == [None]
+    assert rows[1:3] == before[1:3]  # not predictable: untouched
+    [expected] = list(make_predict_step(CONFIG, OUTPUT_COLUMNS)(iter([pd.DataFrame([before[0]])])))
+    bad = rows[0]
+    for col in ("p_loss", "p_loss_hi", "p_dup", "gamma_actual", "gamma_predicted", "gamma_target"):
+        assert type(bad[col]) is float and bad[col] == pytest.approx(expected[col].iloc[0]), col
+    assert type(bad["suggested_batch_num_messages"]) is int  # a Spark int column, as after Arrow
+    assert bad["suggested_batch_num_messages"] == int(expected["suggested_batch_num_messages"].iloc[0])
+    assert type(bad["suggestion_meets_target"]) is bool
+    assert bad["suggestion"] == expected["suggestion"].iloc[0]
+    assert bad["model_version"] == "shipped" and bad["predict_error"] is None
+    assert rows[3]["predict_stage"] == "input" and rows[3]["p_loss"] is None  # null, not NaN
+    loads.clear()
+    assert predict_rows([_row(state="provisional")], CONFIG, OUTPUT_COLUMNS) == 0 and loads == []
 
 
 def _final(**kw):
