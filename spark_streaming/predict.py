@@ -469,6 +469,9 @@ def predict_rows(rows: list[dict[str, Any]], config: KpiConfig, columns: list[st
         rows: The micro-batch's rows (``toArrow().to_pylist()``, NaN already None), changed in place.
         config: Topic weights, targets, fallbacks and the model directory of this micro-batch.
         columns: The output columns (:data:`spark_streaming.state.OUTPUT_COLUMNS`).
+
+    Like the step itself it never raises for a prediction problem: a row whose predicted value its
+    column cannot hold gets nulls and ``predict_stage`` ``predict`` (counted by the driver).
     """
     at = [i for i, r in enumerate(rows) if r.get("kind") == "result" and r.get("state") == "final"]
     if not at:
@@ -481,7 +484,12 @@ def predict_rows(rows: list[dict[str, Any]], config: KpiConfig, columns: list[st
     [done] = list(make_predict_step(config, columns)(iter([frame])))
     picked = [i for i, ok in zip(at, todo.to_numpy(), strict=True) if ok]
     types = {c: window_result.SPARK_TYPES.get(c, "string") for c in _CHANGED}
-    for col in _CHANGED:
-        for i, value in zip(picked, done[col].tolist(), strict=True):
-            rows[i][col] = _cell(value, types[col])
+    cells = {col: done[col].tolist() for col in _CHANGED}
+    for j, i in enumerate(picked):
+        try:
+            new = {col: _cell(cells[col][j], types[col]) for col in _CHANGED}
+        except (TypeError, ValueError, OverflowError) as exc:  # a value its column cannot hold
+            new = {col: None for col in _CHANGED if col != "model_version"}
+            new.update(predict_stage="predict", predict_error=f"predict: {type(exc).__name__}: {exc}"[:500])
+        rows[i].update(new)
     return len(picked)

@@ -244,6 +244,24 @@ def test_the_driver_predicts_the_final_rows_as_the_spark_step_would_with_python_
     assert predict_rows([_row(state="provisional")], CONFIG, OUTPUT_COLUMNS) == 0 and loads == []
 
 
+def test_a_predicted_value_its_column_cannot_hold_nulls_that_row_only(model, monkeypatch):
+    monkeypatch.setattr(predict_module, "load_model", lambda d: model)
+    real = predict_module.add_predictions
+
+    def broken(frame, config, load):
+        out = real(frame, config, load)
+        out["suggested_batch_num_messages"] = out["suggested_batch_num_messages"].astype("object")
+        out.loc[0, "suggested_batch_num_messages"] = "many"  # not an int
+        return out
+
+    monkeypatch.setattr(predict_module, "add_predictions", broken)
+    rows = [_row(), _row(window_start_ms=10_000, window_end_ms=20_000)]
+    assert predict_rows(rows, CONFIG, OUTPUT_COLUMNS) == 2
+    assert rows[0]["predict_stage"] == "predict" and "ValueError" in rows[0]["predict_error"]
+    assert rows[0]["p_loss"] is None and rows[0]["gamma_actual"] is None
+    assert rows[1]["predict_error"] is None and type(rows[1]["p_loss"]) is float
+
+
 def _final(**kw):
     base = _row(
         p_loss=0.2,
