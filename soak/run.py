@@ -137,6 +137,10 @@ class Soak:
                     "--conf spark.cores.max=2 --conf spark.executor.cores=1 "
                     "--conf 'spark.driver.extraJavaOptions=-Xss16m "
                     f"-Xms{s.driver_memory_mb}m -XX:+AlwaysPreTouch' "
+                    # Spark sets the executors' -Xmx from spark.executor.memory and refuses -Xmx here;
+                    # -Xms of the same size, touched at start, keeps G1 from growing the heap for an hour.
+                    "--conf 'spark.executor.extraJavaOptions="
+                    f"-Xms{s.executor_memory_mb}m -XX:+AlwaysPreTouch' "
                     f"--conf spark.executorEnv.PYTHONPATH={PROJECT_ROOT} pyspark-shell"
                 ),
             }

@@ -45,7 +45,9 @@ class SoakSettings(BaseSettings):
             window or start lies in a chaos event extended by this is a chaos alert, any other a false
             alert (:mod:`soak.verdict`).
         broker_heap_mb: JVM heap per broker, MiB.
-        executor_memory_mb: ``spark.executor.memory`` per executor, MiB (each worker offers it).
+        executor_memory_mb: ``spark.executor.memory`` per executor, MiB (each worker offers it); committed at
+            start like the driver's (the 60-minute soak at commit b48d588 failed with an executor's JVM
+            growing from 377 to 435 MiB between minutes 19 and 60 as G1 grew its heap: +10.2% of RSS).
         driver_memory_mb: ``spark.driver.memory``, MiB; committed at start like the brokers' heaps
             (``-Xms`` = ``-Xmx``, ``-XX:+AlwaysPreTouch``), so RSS does not step up as G1 grows the heap.
         final_timeout_s: After the load stops, how long to wait for every window to be final, s.
