@@ -10,51 +10,29 @@ encoding raised ``TypeError`` from ``poll()`` / ``close()``: a producer cut off 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from audit_producer import AuditedProducer, ProducerAuditSettings
 from audit_record import decode
 from audit_record.record import PartitionDelivery
+from tests.unit.test_producer_check import FakeProducer
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1: every connection is refused at once
 
 
-class SnapshotSink:
-    """Stands in for the audit topic's producer: keeps the encoded snapshots."""
-
-    def __init__(self) -> None:
-        self.values: list[bytes] = []
-
-    def produce(self, topic: str, value: bytes, *args: Any, **kw: Any) -> None:
-        self.values.append(value)
-
-    def poll(self, timeout: float = 0) -> int:
-        return 0
-
-    def flush(self, timeout: float = -1) -> int:
-        return 0
-
-    def __len__(self) -> int:
-        return 0
-
-    def close(self) -> None:
-        pass
-
-
-def audited(message_timeout_ms: int) -> tuple[AuditedProducer, SnapshotSink]:
+def audited(message_timeout_ms: int) -> tuple[AuditedProducer, FakeProducer]:
     p = AuditedProducer(
         {"bootstrap.servers": UNREACHABLE, "log_level": 0, "message.timeout.ms": message_timeout_ms},
         ProducerAuditSettings(audit_topic="t.audit"),
     )
     p._audit_producer.close()
-    sink = SnapshotSink()
+    sink = FakeProducer()
     p._audit_producer = sink  # the snapshots are what is checked; the data producer stays librdkafka's
     p._checked = True  # no audit topic check: there is no cluster
     return p, sink
 
 
-def partitions_of_last_snapshot(sink: SnapshotSink, topic: str) -> tuple[int, list[PartitionDelivery]]:
-    records = [r for r in map(decode, sink.values) if r.topic == topic]
+def partitions_of_last_snapshot(sink: FakeProducer, topic: str) -> tuple[int, list[PartitionDelivery]]:
+    records = [r for r in (decode(v) for _, v in sink.produced) if r.topic == topic]
     assert records, "no snapshot of the topic was sent"
     return records[-1].failed, records[-1].partitions
 
