@@ -249,12 +249,18 @@ def sections(summary: dict[str, Any], records: Path, out_dir: Path) -> list[tupl
             "-" if g["from_minute"] is None else f"{g['from_minute']:.0f} -> {g['to_minute']:.0f}",
             "-" if g["rss_from"] is None else f"{g['rss_from'] / MIB:,.0f} -> {g['rss_to'] / MIB:,.0f}",
             "-" if g["growth"] is None else f"{100 * g['growth']:+.1f}%",
+            "-" if g.get("raw_from") is None else f"{g['raw_from'] / MIB:,.0f} -> {g['raw_to'] / MIB:,.0f}",
+            "-" if g.get("raw_growth") is None else f"{100 * g['raw_growth']:+.1f}%",
             g["note"],
         ]
         for g in summary["growth"]
     ]
-    header = ["component", "minutes", "RSS, MiB", "growth", "note"]
-    note = f"{len(growth_judged)} component(s) judged. Orange: chaos events."
+    header = ["component", "minutes", "RSS level, MiB", "growth", "single samples, MiB", "growth", "note"]
+    note = (
+        f"{len(growth_judged)} component(s) judged. RSS level: the median of the samples in the 5 minutes "
+        "around the first minute and in the last 5 minutes (judged); single samples: the two samples alone "
+        "(shown, not judged). Orange: chaos events."
+    )
     out.append(
         (
             "Memory and CPU per component",

@@ -9,9 +9,14 @@
   overlaps a covered span, or when it started inside a covered span extended by ``judge_ms`` (how long
   a window hit by the fault takes to be judged: the window, its final wait); any other firing alert is
   a *false* alert. Info events (model and control-loop decisions) are not alerts.
-* **Memory** (:func:`rss_growth`): per component, RSS at the end against RSS at ``baseline_minute``
-  (10) of the same process; a component restarted after that minute is measured from 10 minutes after
-  its last start, when it lived at least ``min_span_min`` more minutes, else not judged.
+* **Memory** (:func:`rss_growth`): per component, its RSS *level* at the end against its level at
+  ``baseline_minute`` (10), on the same process. A level is the median of the samples in a
+  ``level_span_min`` (5) minute span: centred on the baseline minute, the last 5 minutes of the load at
+  the end. A sawtooth shorter than half the span (Prometheus's 5-minute TSDB compaction holds +5-30 MiB
+  for about 2 of every 5 minutes; a garbage collector's cycle) does not move a median, a leak does: it
+  raises every sample. The single samples at those minutes are reported beside it (``raw_growth``). A
+  component restarted after the baseline is measured from 10 minutes after its last start, when it
+  lived at least ``min_span_min`` more minutes, else not judged.
 * **Micro-batches** (:func:`batch_stats`): p50 / p99 / max of Spark's ``triggerExecution`` durations,
   over all micro-batches, without the first of each driver start (query start-up and state reload
   after a SIGKILL: "steady"), and over the healthy periods (no chaos event plus settle margin); the
@@ -25,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import median
 from typing import Any
 
 INFO_ALERTS = (
@@ -243,9 +249,11 @@ class Growth:
 
     Attributes:
         component: Its name.
-        from_minute, to_minute: The samples compared (minutes since the load started; None: not judged).
-        rss_from, rss_to: RSS there, bytes.
-        growth: rss_to / rss_from - 1 (fraction; None: not judged).
+        from_minute, to_minute: The minutes compared (since the load started; None: not judged).
+        rss_from, rss_to: Its RSS level there: the median of the samples in the span around each, bytes.
+        growth: rss_to / rss_from - 1 (fraction; None: not judged). The acceptance judges this.
+        raw_from, raw_to: The single samples nearest ``from_minute`` and at ``to_minute``, bytes.
+        raw_growth: raw_to / raw_from - 1 (fraction; None: not judged); reported, not judged.
         note: Why it was not judged, or which incarnation was measured.
     """
 
@@ -255,6 +263,9 @@ class Growth:
     rss_from: int | None = None
     rss_to: int | None = None
     growth: float | None = None
+    raw_from: int | None = None
+    raw_to: int | None = None
+    raw_growth: float | None = None
     note: str = ""
 
 
@@ -264,8 +275,9 @@ def rss_growth(
     baseline_minute: float = 10.0,
     min_span_min: float = 15.0,
     end_minute: float | None = None,
+    level_span_min: float = 5.0,
 ) -> list[Growth]:
-    """RSS growth per component between ``baseline_minute`` (or 10 minutes after its last start) and the end.
+    """RSS level growth per component from ``baseline_minute`` (or 10 min after its last start) to the end.
 
     Args:
         samples: Per-component samples with ``component``, ``at_ms``, ``pid``, ``rss_bytes``.
@@ -275,11 +287,17 @@ def rss_growth(
             minutes lie between its baseline and the last sample.
         end_minute: The last minute compared (the load's end: minute 60 of a 60-minute soak); samples
             after it (while the last windows become final) are left out. None: every sample.
+        level_span_min: Minutes of samples whose median is the level: centred on the baseline, ending
+            at the last sample. 0: the single samples (``growth`` equals ``raw_growth``).
+
+    Returns:
+        One :class:`Growth` per component, sorted by name.
     """
     by_component: dict[str, list[Mapping[str, Any]]] = {}
     for s in samples:
         by_component.setdefault(s["component"], []).append(s)
     out = []
+    half = level_span_min / 2
     for name, rows in sorted(by_component.items()):
         last_ms = None if end_minute is None else load_start_ms + (end_minute + 0.5) * 60_000
         rows = sorted(
@@ -292,23 +310,25 @@ def rss_growth(
             g.note = "never sampled running"
             continue
         last = rows[-1]
-        same = [r for r in rows if r["pid"] == last["pid"]]
+        same = [r for r in rows if r["pid"] == last["pid"] and r["rss_bytes"]]
+        if not same:
+            g.note = "no RSS sampled"
+            continue
         first_at = same[0]["at_ms"]
         minute = lambda ms: (ms - load_start_ms) / 60_000  # noqa: E731
         restarted = minute(first_at) > 1.0  # started (again) after the load began
         base_min = max(baseline_minute, minute(first_at) + 10.0) if restarted else baseline_minute
-        if (
-            minute(last["at_ms"]) - base_min < (min_span_min if restarted else 0.0)
-            or minute(last["at_ms"]) <= base_min
-        ):
+        end_min = minute(last["at_ms"])
+        if end_min - base_min < (min_span_min if restarted else 0.0) or end_min <= base_min:
             g.note = f"last started at minute {minute(first_at):.0f}: too short to judge"
             continue
         base = min(same, key=lambda r: abs(minute(r["at_ms"]) - base_min))
-        if not base["rss_bytes"]:
-            g.note = "no RSS at the baseline"
-            continue
-        g.from_minute, g.to_minute = round(minute(base["at_ms"]), 1), round(minute(last["at_ms"]), 1)
-        g.rss_from, g.rss_to = int(base["rss_bytes"]), int(last["rss_bytes"])
+        g.from_minute, g.to_minute = round(minute(base["at_ms"]), 1), round(end_min, 1)
+        g.raw_from, g.raw_to = int(base["rss_bytes"]), int(last["rss_bytes"])
+        g.raw_growth = g.raw_to / g.raw_from - 1
+        around = [r["rss_bytes"] for r in same if abs(minute(r["at_ms"]) - minute(base["at_ms"])) <= half]
+        ending = [r["rss_bytes"] for r in same if end_min - level_span_min < minute(r["at_ms"]) <= end_min]
+        g.rss_from, g.rss_to = int(median(around)), int(median(ending or [g.raw_to]))
         g.growth = g.rss_to / g.rss_from - 1
         if restarted:
             g.note = f"incarnation started at minute {minute(first_at):.0f}"
@@ -344,7 +364,7 @@ def judge(
     rss_limit: float = 0.10,
     judge_rss: bool = True,
 ) -> Verdict:
-    """Apply the acceptance: all windows exact, no false alert, RSS growth < limit, p99 < trigger."""
+    """Apply the acceptance: all windows exact, no false alert, RSS level growth < limit, p99 < trigger."""
     v = Verdict(trigger_ms=trigger_ms, rss_limit=rss_limit, batches=batches)
     v.windows_total = len(checks)
     v.windows_exact = sum(c.exact for c in checks)
@@ -364,7 +384,8 @@ def judge(
         for g in growth:
             if g.growth is not None and g.growth >= rss_limit:
                 v.failures.append(
-                    f"{g.component}: RSS grew {100 * g.growth:.1f}% (minute {g.from_minute} to {g.to_minute})"
+                    f"{g.component}: RSS level grew {100 * g.growth:.1f}% "
+                    f"(minute {g.from_minute} to {g.to_minute})"
                 )
     judged, which = (
         (batches.healthy_p99_ms, "in healthy periods")

@@ -15,6 +15,7 @@ from soak.settings import SoakSettings, shipped_schedule
 from soak.verdict import (
     BatchStats,
     ChaosSpan,
+    WindowCheck,
     batch_stats,
     classify_alerts,
     compare_windows,
@@ -133,7 +134,10 @@ def test_rss_growth_same_process_and_restarted():
         samples.append({"component": "late", "at_ms": minute * MIN, "pid": pid, "rss_bytes": 300})
     g = {x.component: x for x in rss_growth(samples, start)}
     assert g["steady"].from_minute == 10 and g["steady"].to_minute == 60
-    assert g["steady"].growth == pytest.approx(160 / 110 - 1)
+    assert g["steady"].raw_growth == pytest.approx(160 / 110 - 1)
+    # levels: median of minutes 8..12 (110) and of minutes 56..60 (158)
+    assert (g["steady"].rss_from, g["steady"].rss_to) == (110, 158)
+    assert g["steady"].growth == pytest.approx(158 / 110 - 1)
     assert g["restarted"].from_minute == 40 and g["restarted"].growth == 0.0
     assert g["late"].growth is None and "too short" in g["late"].note
 
@@ -292,3 +296,28 @@ def test_rss_growth_stops_at_the_end_minute():
     ]
     (g,) = rss_growth(samples, 0, end_minute=60)
     assert g.to_minute == 60 and g.growth == 0.0
+
+
+def test_rss_level_ignores_a_sawtooth_but_not_a_leak():
+    """Prometheus in the 60-minute soak at 4cbf39b: +30 MiB for 2 of every 5 minutes (TSDB compaction)."""
+    base = 55 * 2**20
+
+    def sawtooth(m: int) -> int:
+        return base + (30 * 2**20 if m % 5 in (4, 0) and m > 10 else 0)
+
+    samples = [
+        {"component": "prometheus", "at_ms": m * MIN + 6_000, "pid": 7, "rss_bytes": sawtooth(m)}
+        for m in range(64)
+    ]
+    samples += [
+        {"component": "leak", "at_ms": m * MIN + 6_000, "pid": 8, "rss_bytes": sawtooth(m) + m * 2**20 // 4}
+        for m in range(64)
+    ]
+    g = {x.component: x for x in rss_growth(samples, 0, end_minute=60)}
+    prom, leak = g["prometheus"], g["leak"]
+    assert prom.raw_growth == pytest.approx(30 / 55)  # the single sample at minute 60 is in a transient
+    assert prom.growth == 0.0  # the level is not
+    # a leak of 0.25 MiB/minute raises the level: 55 + 2.5 -> 55 + 14.5 MiB
+    assert leak.growth == pytest.approx((55 + 58 / 4) / (55 + 10 / 4) - 1)
+    v = judge([WindowCheck("t", 0, "cluster", True, {}, {})], [], [prom, leak], batch_stats([]), 30_000)
+    assert [f.split(":")[0] for f in v.failures if "RSS" in f] == ["leak"]
