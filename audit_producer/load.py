@@ -6,7 +6,11 @@ than ``message.timeout.ms``: a full queue, a throttled producer) is given up and
 :attr:`LoadResult.not_handed_over`; it is lost like a message librdkafka times out (issue 14 item 4:
 lowering the rate is not a way to lose less). Autotuned producers (``audit.autotune``) change their
 configuration under the load; the polling-interval hint changes the pacing only with
-``follow_hints=True``, because it changes the offered load.
+``follow_hints=True``, because it changes the offered load. The producer-count hint (``producers``: the
+group's producers) is followed by default (``follow_producers``): the same offered stream is handed
+round-robin to that many audited producers, the extra ones started with the configuration the first one
+runs (and, autotuned, following the control topic like it), closed again when the hint drops; the offered
+load does not change.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ class LoadResult:
             :class:`AuditedProducer` passes to ``on_reconfigure``; ``kind`` ``applied``, ``rejected``
             or ``rolled_back``).
         control_version: The control record version running at the end (None: the initial config).
+        producer_ids: Every producer instance id that sent (the first is ``producer_id``; more when the
+            load followed a ``producers`` hint).
+        max_producers: The most producers that ran at once.
     """
 
     produced: int
@@ -49,6 +56,8 @@ class LoadResult:
     not_handed_over: int = 0
     config_events: list[dict[str, Any]] = field(default_factory=list)
     control_version: int | None = None
+    producer_ids: list[str] = field(default_factory=list)
+    max_producers: int = 1
 
     @property
     def offered(self) -> int:
@@ -99,6 +108,65 @@ def _hand_over(producer: AuditedProducer, topic: str, value: bytes, due: float, 
             producer.poll(_BUFFER_WAIT_S)
 
 
+class _Producers:
+    """The load's audited producers: the first one, plus extras while a ``producers`` hint asks for them.
+
+    Messages go round-robin over the running ones. An extra producer starts with the configuration the
+    first one runs (its librdkafka properties; autotuned, it follows the control topic too); one no longer
+    wanted is closed on a thread of its own (it flushes within its ``message.timeout.ms``), so the offered
+    load keeps its pace.
+    """
+
+    def __init__(self, first: AuditedProducer, config: Mapping[str, Any], audit: Any) -> None:
+        self.first, self.config, self.audit = first, dict(config), audit
+        self.running: list[AuditedProducer] = [first]
+        self.retired: list[AuditedProducer] = []
+        self.closing: list[threading.Thread] = []
+        self.most = 1
+        self._next = 0
+
+    def scale(self, n: int) -> None:
+        """Run ``n`` (>= 1) producers: start extras with the first's configuration, or retire the newest."""
+        n = max(1, n)
+        while len(self.running) < n:
+            extra = AuditedProducer({**self.config, **self.first.current_config}, self.audit)
+            extra.set_poll_interval(self.first.reliability.poll_interval_ms)
+            self.running.append(extra)
+        while len(self.running) > n:
+            gone = self.running.pop()
+            self.retired.append(gone)
+            closer = threading.Thread(target=gone.close, name="load-producer-close", daemon=True)
+            closer.start()
+            self.closing.append(closer)
+        self.most = max(self.most, len(self.running))
+
+    def pick(self) -> AuditedProducer:
+        """Return the producer for the next message (round-robin)."""
+        self._next = (self._next + 1) % len(self.running)
+        return self.running[self._next]
+
+    def poll(self) -> None:
+        """Serve every running producer's callbacks."""
+        for p in self.running:
+            p.poll(0)
+
+    def set_poll_interval(self, ms: float | None) -> None:
+        """Report the application's polling interval on every running producer."""
+        for p in self.running:
+            p.set_poll_interval(ms)
+
+    def close(self) -> None:
+        """Close the extras, then wait for those retired earlier (the first is the caller's to close)."""
+        for p in self.running[1:]:
+            p.close()
+        for closer in self.closing:
+            closer.join()
+
+    def every(self) -> list[AuditedProducer]:
+        """Return every producer that ran, the first first."""
+        return [*self.running, *self.retired]
+
+
 def run_load(
     config: Mapping[str, Any],
     topic: str,
@@ -115,6 +183,7 @@ def run_load(
     follow_hints: bool = False,
     handover_timeout_ms: float | None = None,
     on_reconfigure: Callable[[dict[str, Any]], None] | None = None,
+    follow_producers: bool = True,
 ) -> LoadResult:
     """Offer audited load until ``count`` messages or ``duration_s`` seconds, whichever comes first.
 
@@ -136,7 +205,10 @@ def run_load(
             offered load.
         handover_timeout_ms: Give a message up when the producer's queue has been full for this long
             after it was due, ms (0: never); None: the running ``message.timeout.ms``.
-        on_reconfigure: Also called with each configuration event (see :class:`AuditedProducer`).
+        on_reconfigure: Also called with each configuration event of the first producer (see
+            :class:`AuditedProducer`).
+        follow_producers: Follow an autotuned producer's ``producers`` hint: hand the offered messages
+            round-robin to that many producers (see the module docstring); the offered load is the same.
 
     Raises:
         ValueError: if neither ``duration_s`` nor ``count`` is given.
@@ -160,6 +232,7 @@ def run_load(
     except BaseException:
         producer.close()
         raise
+    group = _Producers(producer, config, audit)
     values = itertools.cycle(pool)
     offered = handed = lost = 0
     t0 = time.monotonic()
@@ -174,20 +247,23 @@ def run_load(
             now = time.monotonic()
             if now >= end:
                 break
-            if follow_hints and producer.hints != hints:
+            if producer.hints != hints:
                 hints = producer.hints
-                interval = (hints or {}).get("poll_interval_ms")
-                if interval is None:  # no hint (any more): the caller's pace
-                    pace.change(now, initial_rate, offered)
-                    producer.set_poll_interval(initial_interval)
-                else:
-                    pace.change(now, 1000.0 / interval if interval > 0 else 0.0, offered)
-                    producer.set_poll_interval(interval)
+                if follow_producers:
+                    group.scale((hints or {}).get("producers") or 1)
+                if follow_hints:
+                    interval = (hints or {}).get("poll_interval_ms")
+                    if interval is None:  # no hint (any more): the caller's pace
+                        pace.change(now, initial_rate, offered)
+                        group.set_poll_interval(initial_interval)
+                    else:
+                        pace.change(now, 1000.0 / interval if interval > 0 else 0.0, offered)
+                        group.set_poll_interval(interval)
             if pace.rate > 0:
                 due = pace.due(now)
                 if offered >= due:
                     time.sleep(min(0.01, (offered - due) / pace.rate + 0.0005))
-                    producer.poll(0)
+                    group.poll()
                     continue
             step = max(1, int(pace.rate / 100)) if pace.rate > 0 else 1000
             timeout_ms = (
@@ -197,25 +273,31 @@ def run_load(
             )
             for _ in range(min(step, limit - offered)):
                 due_at = pace.time_of(offered) if pace.rate > 0 else time.monotonic()
-                if _hand_over(producer, topic, next(values), due_at, timeout_ms):
+                if _hand_over(group.pick(), topic, next(values), due_at, timeout_ms):
                     handed += 1
                 else:
                     lost += 1
                 offered += 1
-            producer.poll(0)
+            group.poll()
             if progress is not None and now >= next_report:
                 progress(handed)
                 next_report = now + 0.1
     finally:
-        producer.close()
+        try:
+            group.close()
+        finally:
+            producer.close()
     if progress is not None:
         progress(handed)
+    every = group.every()
     return LoadResult(
         handed,
         time.monotonic() - t0,
         producer.producer_id,
-        producer.snapshots_sent,
+        sum(p.snapshots_sent for p in every),
         not_handed_over=lost,
         config_events=events,
         control_version=producer.active_control_version,
+        producer_ids=[p.producer_id for p in every],
+        max_producers=group.most,
     )

@@ -45,6 +45,9 @@ class ProducerOutcome:
         not_handed_over: Messages the load could not hand to the producer within its
             ``message.timeout.ms`` (a full queue): lost to the application although never sent.
         config_events: The autotuned producer's configuration events (applied, rejected, rolled back).
+        producer_ids: Every audit producer id of the process (``producer_id`` first; more when its load
+            followed a ``producers`` hint); the verifier's counts of all of them are the outcome's.
+        max_producers: The most producers the process ran at once.
     """
 
     producer_id: str
@@ -54,6 +57,12 @@ class ProducerOutcome:
     unique: int = 0
     not_handed_over: int = 0
     config_events: list[dict[str, Any]] = field(default_factory=list)
+    producer_ids: list[str] = field(default_factory=list)
+    max_producers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.producer_id not in self.producer_ids:
+            self.producer_ids = [self.producer_id, *self.producer_ids]
 
     @property
     def offered(self) -> int:
@@ -198,6 +207,8 @@ class Lab:
             float(res["seconds"]),
             not_handed_over=int(res.get("not_handed_over") or 0),
             config_events=list(res.get("config_events") or []),
+            producer_ids=[str(x) for x in res.get("producer_ids") or []],
+            max_producers=int(res.get("max_producers") or 1),
         )
 
     def produce(self, run: ProducerRun, timeout_s: float = 600.0) -> ProducerOutcome:
@@ -237,7 +248,7 @@ class Lab:
                 break
             if time.monotonic() > deadline:
                 raise VerifyError(f"topic {topic!r} still grows: {v.messages} messages read, it holds {held}")
-        by_pid = {o.producer_id: o for o in outcomes}
+        by_pid = {pid: o for o in outcomes for pid in o.producer_ids}
         for o in outcomes:
             o.received = o.unique = 0
         for (_, pid), row in v.rows.items():

@@ -65,7 +65,8 @@ def run(spec: ProducerRun) -> dict[str, Any]:
     """Send the load; return what it did (:class:`~audit_producer.load.LoadResult`) as a dict.
 
     Keys: ``produced``, ``seconds``, ``producer_id``, ``snapshots``, ``not_handed_over``,
-    ``config_events`` (a list of the autotuned producer's event dicts), ``control_version``.
+    ``config_events`` (a list of the autotuned producer's event dicts), ``control_version``,
+    ``producer_ids`` (every producer that sent: more than one after a ``producers`` hint), ``max_producers``.
     """
     from audit_producer.load import run_load
     from audit_producer.settings import ProducerAuditSettings
@@ -103,6 +104,8 @@ def run(spec: ProducerRun) -> dict[str, Any]:
         "not_handed_over": result.not_handed_over,
         "config_events": result.config_events,
         "control_version": result.control_version,
+        "producer_ids": result.producer_ids,
+        "max_producers": result.max_producers,
     }
 
 

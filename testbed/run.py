@@ -51,6 +51,7 @@ class StageResult:
             ``offered_loss_rate``).
         offered_loss_rate: R_l of the offered load, fraction (issue 14 item 4).
         config_events: The autotuned producer's configuration events (``--control apply``).
+        max_producers: The most producers the stage's load ran at once (a ``producers`` hint).
     """
 
     name: str
@@ -68,6 +69,7 @@ class StageResult:
     not_handed_over: int = 0
     offered_loss_rate: float = 0.0
     config_events: list[dict[str, Any]] = field(default_factory=list)
+    max_producers: int = 1
 
 
 @dataclass
@@ -281,6 +283,7 @@ def run_scenario(
                     o.not_handed_over,
                     o.p_loss_offered,
                     o.config_events,
+                    o.max_producers,
                 )
             )
         windows = {start: t for start, t in totals_by_window(truth).items() if t.get("sent", 0) > 0}
@@ -367,7 +370,9 @@ def _start_job(
         final_settle_ms=settle_ms,
         heartbeat_ms=1_000,
         metrics_port=0,
-        suggest_producers=False,  # one producer process per stage: the testbed load cannot scale out
+        # the stage's load follows a producers hint (audit_producer.load): the same offered stream over
+        # more producers, so the controller may suggest scaling out
+        suggest_producers=True,
         checkpoint_dir=work_dir / "spark" / "checkpoint",
         parquet_dir=work_dir / "spark" / "results",
         **(lifecycle.job_settings() if lifecycle is not None else {"retrain": False}),

@@ -229,3 +229,47 @@ def test_malformed_or_refused_control_records_change_nothing(kconfig, topic, aud
     assert {m.value() for m in dead} == {garbage, out_of_range} and {m.key() for m in dead} == {
         group.encode()
     }
+
+
+def test_the_producers_hint_scales_the_load_out_and_back_and_every_producer_counts_exactly(
+    kconfig, topic, audit_topics, control_topic
+):
+    """Issue 14 item 2: the load follows the ``producers`` hint with the same offered stream."""
+    from audit_producer.load import run_load
+
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    same = dict(acks="all", batch_num_messages=10_000, linger_ms=5.0, message_timeout_ms=300_000)
+    writer = Producer(kconfig)
+    result: list = []
+    load = threading.Thread(
+        target=lambda: result.append(
+            run_load(
+                {**kconfig, **BASE, "message.timeout.ms": 300_000},
+                topic,
+                rate=1_000,
+                duration_s=6,
+                audit=settings(audit_topics, control_topic, group),
+            )
+        ),
+        daemon=True,
+    )
+    load.start()
+    for version, producers, pause_s in ((1, 3, 1.5), (2, 1, 2.5)):  # 3 producers from 1.5 s to 4 s
+        time.sleep(pause_s)
+        record = ControlRecord(
+            group=group, version=version, producers=producers, reason="forced", issued_at_ms=now_ms(), **same
+        )
+        writer.produce(control_topic, encode_control(record), group.encode())
+        assert writer.flush(10) == 0
+    load.join(60)
+    (r,) = result
+    assert r.max_producers == 3 and len(r.producer_ids) == 3 and r.producer_ids[0] == r.producer_id
+    assert r.offered == r.produced >= 5_000 and r.not_handed_over == 0
+    assert not [e for e in r.config_events if e["kind"] != "applied"]  # hints only: nothing swapped
+    v = verify_topic(kconfig, topic, WINDOW_MS, audit_topic=audit_topics["audit_topic"])
+    sent_by_pid: Counter[str] = Counter()
+    for (_, pid), row in v.rows.items():
+        assert row.final and row.unique == row.sent and row.lost == row.duplicated == 0
+        sent_by_pid[pid] += row.sent
+    assert set(sent_by_pid) == set(r.producer_ids) and sum(sent_by_pid.values()) == r.produced
+    assert all(n >= 100 for n in sent_by_pid.values())  # the extras took their share

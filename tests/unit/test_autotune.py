@@ -587,7 +587,13 @@ class LoadProducer:
         self.producer_id, self.snapshots_sent = "fake", 0
         self.config_events: dict = {}
         self.active_control_version = None
+        self.config, self.closed = dict(config), False
+        self.producer_id = f"fake-{len(LoadProducer.instances)}"
         LoadProducer.instances.append(self)
+
+    @property
+    def current_config(self) -> dict:
+        return {"batch.num.messages": 7}
 
     def check(self) -> None:
         pass
@@ -606,7 +612,7 @@ class LoadProducer:
         self.intervals.append(ms)
 
     def close(self) -> None:
-        pass
+        self.closed = True
 
 
 @pytest.fixture
@@ -630,6 +636,37 @@ def test_the_poll_interval_hint_changes_the_pace_only_when_followed(load_produce
     unchanged = run_load({}, "t", rate=1000, duration_s=0.5)
     assert load_producer.instances[-1].intervals == []
     assert unchanged.offered >= 100  # 1000 messages/s: the offered load is the caller's
+
+
+def test_the_producers_hint_spreads_the_same_offered_load_over_more_producers(load_producer, monkeypatch):
+    monkeypatch.setattr(load_producer, "initial_hints", {"poll_interval_ms": None, "producers": 3})
+    result = run_load({"client.id": "c"}, "t", rate=0, count=30, duration_s=None)
+    extras = load_producer.instances[1:]
+    assert [p.produced for p in load_producer.instances] == [10, 10, 10]  # round-robin
+    assert result.offered == result.produced == 30 and result.max_producers == 3
+    assert result.producer_ids == ["fake-0", "fake-1", "fake-2"] and result.producer_id == "fake-0"
+    # the extras start with what the first runs, and are closed with it
+    assert all(p.config == {"client.id": "c", "batch.num.messages": 7} and p.closed for p in extras)
+    unchanged = run_load({}, "t", rate=0, count=30, duration_s=None, follow_producers=False)
+    assert unchanged.max_producers == 1 and load_producer.instances[-1].produced == 30
+
+
+def test_a_withdrawn_producers_hint_retires_the_extras(load_producer, monkeypatch):
+    monkeypatch.setattr(load_producer, "initial_hints", {"poll_interval_ms": None, "producers": 2})
+    real_produce = LoadProducer.produce
+
+    def produce(self: LoadProducer, topic: str, value: Any) -> None:
+        real_produce(self, topic, value)
+        if self is LoadProducer.instances[0] and self.produced == 5:
+            self.hints = None  # rolled back: the hint is withdrawn
+
+    monkeypatch.setattr(load_producer, "produce", produce)
+    result = run_load({}, "t", rate=0, count=3000, duration_s=None)
+    first, extra = load_producer.instances
+    assert extra.closed and result.produced == 3000 and result.max_producers == 2
+    # hints are read between steps (1,000 messages as fast as possible, else 10 ms worth of the rate)
+    assert (first.produced, extra.produced) == (2500, 500)
+    assert result.producer_ids == ["fake-0", "fake-1"]
 
 
 def test_run_load_returns_the_configuration_events(load_producer, monkeypatch) -> None:
