@@ -171,7 +171,7 @@ def sections(summary: dict[str, Any], records: Path, out_dir: Path) -> list[tupl
         ["false alerts (healthy periods)", str(v["false_alerts"]), "0"],
         ["alerts in chaos periods", str(v["chaos_alerts"]), "-"],
         [
-            "largest RSS growth, minute 10 to end",
+            "largest RSS level growth (median of 5 minutes), minute 10 to end",
             "-" if v["max_rss_growth"] is None else f"{100 * v['max_rss_growth']:.1f}%",
             f"< {100 * v['rss_limit']:.0f}%",
         ],
