@@ -1,16 +1,19 @@
 """Audited load generation: N messages/s of a workload profile through an :class:`AuditedProducer`.
 
 The offered load is what the source makes available: message i is due at ``t0 + i / rate``. A message
-the application cannot hand to the producer within the hand-over timeout (``BufferError`` for longer
-than ``message.timeout.ms``: a full queue, a throttled producer) is given up and counted in
-:attr:`LoadResult.not_handed_over`; it is lost like a message librdkafka times out (issue 14 item 4:
-lowering the rate is not a way to lose less). Autotuned producers (``audit.autotune``) change their
-configuration under the load; the polling-interval hint changes the pacing only with
-``follow_hints=True``, because it changes the offered load. The producer-count hint (``producers``: the
-group's producers) is followed by default (``follow_producers``): the same offered stream is handed
-round-robin to that many audited producers, the extra ones started with the configuration the first one
-runs (and, autotuned, following the control topic like it), closed again when the hint drops; the offered
-load does not change.
+the application cannot hand to the producer within the hand-over timeout (``message.timeout.ms``) of
+its due time is given up and counted in :attr:`LoadResult.not_handed_over`: ``BufferError`` for that
+long (a full queue, a throttled producer), or the application itself that far behind its schedule (its
+thread busy: many producers on few cores). Every message due before the end is offered, so a load that
+falls behind offers as many as one that does not. Such a message is lost like one librdkafka times out
+(issue 14 item 4: lowering the rate is not a way to lose less).
+
+Autotuned producers (``audit.autotune``) change their configuration under the load; the
+polling-interval hint changes the pacing only with ``follow_hints=True``, because it changes the offered
+load. The producer-count hint (``producers``: the group's producers) is followed by default
+(``follow_producers``): the same offered stream is handed round-robin to that many audited producers,
+the extra ones started with the configuration the first one runs (and, autotuned, following the control
+topic like it), closed again when the hint drops; the offered load does not change.
 """
 
 from __future__ import annotations
@@ -242,10 +245,30 @@ def run_load(
     next_report = t0
     hints = None
     initial_rate, initial_interval = pace.rate, producer.reliability.poll_interval_ms
+
+    def offer(n: int) -> None:
+        """Offer the next ``n`` messages; one due longer than the hand-over timeout ago is lost unoffered."""
+        nonlocal offered, handed, lost
+        timeout_ms = (
+            producer.reliability.message_timeout_ms if handover_timeout_ms is None else handover_timeout_ms
+        )
+        stale_s = timeout_ms / 1000 if timeout_ms > 0 and pace.rate > 0 else float("inf")
+        for _ in range(n):
+            due_at = pace.time_of(offered) if pace.rate > 0 else time.monotonic()
+            if time.monotonic() - due_at > stale_s:  # the application fell that far behind its schedule
+                lost += 1
+            elif _hand_over(group.pick(), topic, next(values), due_at, timeout_ms):
+                handed += 1
+            else:
+                lost += 1
+            offered += 1
+
     try:
         while offered < limit and not (stop is not None and stop.is_set()):
             now = time.monotonic()
             if now >= end:
+                if pace.rate > 0:  # what fell due before the end is offered too (or lost, if too late)
+                    offer(max(0, min(limit, int(pace.due(end))) - offered))
                 break
             if producer.hints != hints:
                 hints = producer.hints
@@ -266,18 +289,7 @@ def run_load(
                     group.poll()
                     continue
             step = max(1, int(pace.rate / 100)) if pace.rate > 0 else 1000
-            timeout_ms = (
-                producer.reliability.message_timeout_ms
-                if handover_timeout_ms is None
-                else handover_timeout_ms
-            )
-            for _ in range(min(step, limit - offered)):
-                due_at = pace.time_of(offered) if pace.rate > 0 else time.monotonic()
-                if _hand_over(group.pick(), topic, next(values), due_at, timeout_ms):
-                    handed += 1
-                else:
-                    lost += 1
-                offered += 1
+            offer(min(step, limit - offered))
             group.poll()
             if progress is not None and now >= next_report:
                 progress(handed)

@@ -628,6 +628,22 @@ def test_messages_not_handed_over_in_time_count_as_lost(load_producer, monkeypat
     assert (result.produced, result.not_handed_over, result.offered) == (0, 3, 3)
 
 
+def test_a_load_behind_its_schedule_offers_every_due_message_and_loses_the_late_ones(
+    load_producer, monkeypatch
+):
+    real_produce = LoadProducer.produce
+
+    def slow(self: LoadProducer, topic: str, value: Any) -> None:  # a busy application: 5 ms per message
+        time.sleep(0.005)
+        real_produce(self, topic, value)
+
+    monkeypatch.setattr(load_producer, "produce", slow)
+    result = run_load({}, "t", rate=1000, duration_s=0.5, handover_timeout_ms=50)
+    assert 499 <= result.offered <= 501  # every message due in the 0.5 s, as at full speed
+    assert result.produced <= 200  # at most ~100 in the run and ~50 of the last 50 ms after it
+    assert result.not_handed_over == result.offered - result.produced >= 300
+
+
 def test_the_poll_interval_hint_changes_the_pace_only_when_followed(load_producer, monkeypatch) -> None:
     monkeypatch.setattr(load_producer, "initial_hints", {"poll_interval_ms": 100.0, "producers": None})
     followed = run_load({}, "t", rate=1000, duration_s=0.5, follow_hints=True)
