@@ -584,11 +584,10 @@ class LoadProducer:
         self.hints: dict | None = self.initial_hints
         self.intervals: list = []
         self.reliability = reliability_config({})
-        self.producer_id, self.snapshots_sent = "fake", 0
+        self.producer_id, self.snapshots_sent = f"fake-{len(LoadProducer.instances)}", 0
         self.config_events: dict = {}
         self.active_control_version = None
         self.config, self.closed = dict(config), False
-        self.producer_id = f"fake-{len(LoadProducer.instances)}"
         LoadProducer.instances.append(self)
 
     @property
