@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from pyroaring import BitMap64
 
 from audit_consumer import latency
@@ -196,12 +197,13 @@ def fold_latencies(bucket: list, stale_after_ms: int | None) -> None:
     lats = bucket[LATS]
     if not lats:
         return
-    latency.add_all(bucket[HIST], lats)
-    top = max(lats)
+    arr = np.fromiter(lats, np.int64, len(lats))
+    latency.add_all(bucket[HIST], arr)
+    top = int(arr.max())
     if top > bucket[LAT_MAX]:
         bucket[LAT_MAX] = top
     if stale_after_ms is not None:
-        bucket[STALE] += sum(1 for x in lats if x > stale_after_ms)
+        bucket[STALE] += int(np.count_nonzero(arr > stale_after_ms))
     bucket[LATS] = []
 
 

@@ -31,8 +31,11 @@ def lower_bound(bucket: int) -> float:
 
 
 def add_all(hist: list[int], latencies_ms: Iterable[int]) -> None:
-    """Add many latencies (ms) to ``hist`` (a list of :data:`N_BUCKETS` counts) in place."""
-    lat = np.fromiter(latencies_ms, dtype=np.int64)
+    """Add many latencies (ms: an int64 array or an iterable of ints) to ``hist`` in place.
+
+    ``hist`` is a list of :data:`N_BUCKETS` counts.
+    """
+    lat = latencies_ms if isinstance(latencies_ms, np.ndarray) else np.fromiter(latencies_ms, dtype=np.int64)
     if lat.size == 0:
         return
     pos = np.maximum(lat, 1)
