@@ -67,10 +67,11 @@ class SparkJobSettings(BaseSettings):
             adaptation off: every window is final after the grace.
         final_settle_ms: After the delivery wait, how long the audit consumers' final snapshots may take
             to reach the job (their grace and this job's grace usually differ by this much), ms.
-        tier_final_wait_ms: When that wait is over, how much longer a window waits while a cluster tier
-            has not closed it (its audit consumer restarts or catches up: a snapshot of the window that
-            is not final), ms. The window is final as soon as every cluster tier closed it, at the
-            latest this long after the wait; 0: final when the wait is over (docs/DESIGN.md, invariant 8).
+        tier_final_wait_ms: When that wait is over, how much longer a window waits while a producer or a
+            cluster tier has not closed it (a snapshot of the window that is not final: a producer still
+            waiting for delivery reports, an audit consumer restarting or catching up), ms. The window is
+            final as soon as every producer and cluster tier closed it, at the latest this long after the
+            wait; 0: final when the wait is over (docs/DESIGN.md, invariant 8).
         heartbeat_ms: The job writes a heartbeat to the audit topic this often so event time advances
             while producers are idle, ms (0 disables).
         shuffle_partitions: ``spark.sql.shuffle.partitions`` (state partitions; fixed per checkpoint).

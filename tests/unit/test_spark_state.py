@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import pandas as pd
@@ -160,6 +161,31 @@ def test_a_cluster_tier_that_never_closes_the_window_holds_it_until_the_bound():
     assert _time_out(fn, st, 15_001) == [] and st.timeout == 75_000
     [final] = _time_out(fn, st, 75_001)
     assert (final["state"], final["unique"], final["loss_rate"]) == ("final", 60, 0.4)
+
+
+def test_window_waits_for_a_producer_that_has_not_closed_it():
+    """A producer's final snapshot after the wait (retiring, or starved of CPU) still makes the result."""
+    fn = make_reconciler(["a"], grace_ms=5_000, tier_final_wait_ms=60_000)
+    st = FakeState()
+    p, c = _window(sent=100, unique=100, final=True)
+    early = dataclasses.replace(p, sent=60, final=False)  # provisional: 40 messages not reported yet
+    _out(fn(("t", 0), iter([_rows(early, c)]), st))
+    assert _time_out(fn, st, 15_001) == []  # not final: the producer has not closed the window
+    assert st.timeout == 75_000 and st.value[2] is False
+    st.watermark_ms = 30_000
+    _out(fn(("t", 0), iter([_rows(p, offset=2)]), st))  # its final snapshot
+    [final] = [r for r in _time_out(fn, st, 30_002) if r["tier"] == "cluster:a"]
+    assert (final["state"], final["sent"], final["unique"], final["loss_rate"]) == ("final", 100, 100, 0.0)
+
+
+def test_a_producer_that_never_closes_the_window_holds_it_until_the_bound():
+    fn = make_reconciler(["a"], grace_ms=5_000, tier_final_wait_ms=60_000)
+    st = FakeState()
+    p, c = _window(sent=100, unique=100, final=True)
+    _out(fn(("t", 0), iter([_rows(dataclasses.replace(p, final=False), c)]), st))
+    assert _time_out(fn, st, 15_001) == [] and st.timeout == 75_000
+    [final] = [r for r in _time_out(fn, st, 75_001) if r["tier"] == "cluster:a"]
+    assert (final["state"], final["sent"]) == ("final", 100)
 
 
 @pytest.mark.parametrize(
