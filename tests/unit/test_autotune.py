@@ -6,6 +6,7 @@ The real-broker counterpart is tests/integration/test_autotune.py.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from typing import Any, ClassVar
 
@@ -664,6 +665,20 @@ def test_the_producers_hint_spreads_the_same_offered_load_over_more_producers(lo
     assert all(p.config == {"client.id": "c", "batch.num.messages": 7} and p.closed for p in extras)
     unchanged = run_load({}, "t", rate=0, count=30, duration_s=None, follow_producers=False)
     assert unchanged.max_producers == 1 and load_producer.instances[-1].produced == 30
+
+
+def test_the_load_closes_its_producers_at_once(load_producer, monkeypatch):
+    """Each close may wait out its flush deadline: one after another, N producers would take N times that."""
+    monkeypatch.setattr(load_producer, "initial_hints", {"poll_interval_ms": None, "producers": 3})
+    together = threading.Barrier(3, timeout=5)  # passes only when all three closes run at the same time
+
+    def close(self: LoadProducer) -> None:
+        together.wait()
+        self.closed = True
+
+    monkeypatch.setattr(load_producer, "close", close)
+    result = run_load({}, "t", rate=0, count=30, duration_s=None)
+    assert result.max_producers == 3 and all(p.closed for p in load_producer.instances)
 
 
 def test_a_withdrawn_producers_hint_retires_the_extras(load_producer, monkeypatch):
