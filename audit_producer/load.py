@@ -198,6 +198,7 @@ def run_load(
     handover_timeout_ms: float | None = None,
     on_reconfigure: Callable[[dict[str, Any]], None] | None = None,
     follow_producers: bool = True,
+    producers: int = 1,
 ) -> LoadResult:
     """Offer audited load until ``count`` messages or ``duration_s`` seconds, whichever comes first.
 
@@ -223,6 +224,8 @@ def run_load(
             :class:`AuditedProducer`).
         follow_producers: Follow an autotuned producer's ``producers`` hint: hand the offered messages
             round-robin to that many producers (see the module docstring); the offered load is the same.
+        producers: Audited producers the load starts with, N_p >= 1 (the application's own scale-out,
+            paper Sec. IV-C); a ``producers`` hint replaces it while the hint stands.
 
     Raises:
         ValueError: if neither ``duration_s`` nor ``count`` is given.
@@ -232,6 +235,8 @@ def run_load(
     """
     if duration_s is None and count is None:
         raise ValueError("give duration_s or count")
+    if producers < 1:
+        raise ValueError(f"producers={producers}: allowed values are whole numbers >= 1")
     pool = message_pool(profile, seed=seed, message_bytes=message_bytes)
     events: list[dict[str, Any]] = []
 
@@ -247,6 +252,7 @@ def run_load(
         producer.close()
         raise
     group = _Producers(producer, config, audit)
+    group.scale(((producer.hints or {}).get("producers") if follow_producers else None) or producers)
     values = itertools.cycle(pool)
     offered = handed = lost = 0
     t0 = time.monotonic()
@@ -284,7 +290,7 @@ def run_load(
             if producer.hints != hints:
                 hints = producer.hints
                 if follow_producers:
-                    group.scale((hints or {}).get("producers") or 1)
+                    group.scale((hints or {}).get("producers") or producers)
                 if follow_hints:
                     interval = (hints or {}).get("poll_interval_ms")
                     if interval is None:  # no hint (any more): the caller's pace

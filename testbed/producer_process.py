@@ -36,6 +36,8 @@ class ProducerRun(BaseModel):
             producer").
         group: Producer group on the control topic (None: ``client_id``).
         follow_hints: Follow the polling-interval hint (changes the offered load; off for comparisons).
+        producers: Audited producers the load is handed to round-robin, N_p (a ``producers`` hint of an
+            autotuned group replaces it while it stands).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -54,6 +56,7 @@ class ProducerRun(BaseModel):
     autotune: bool = False
     group: str | None = None
     follow_hints: bool = False
+    producers: int = Field(1, ge=1)
 
     @property
     def rate(self) -> float:
@@ -95,6 +98,7 @@ def run(spec: ProducerRun) -> dict[str, Any]:
         seed=spec.seed,
         stop=stop,
         follow_hints=spec.follow_hints,
+        producers=spec.producers,
     )
     return {
         "produced": result.produced,

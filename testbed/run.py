@@ -429,6 +429,7 @@ def _run_stages(
             profile=wl.profile,
             message_bytes=wl.message_bytes,
             poll_interval_ms=wl.poll_interval_ms,
+            producers=wl.producers,
             duration_s=stage.duration_s,
             window_ms=scenario.window_ms,
             client_id=f"testbed-{scenario.name}-{i}",

@@ -47,6 +47,8 @@ class Workload(BaseModel):
         profile: ``social``, ``weblog`` or ``game`` (paper Table II).
         message_bytes: Fixed message size M, bytes (None: the profile's sizes).
         poll_interval_ms: Polling interval delta, ms (rate lambda = 1/delta; 0 = as fast as possible).
+        producers: Audited producers N_p the application hands the offered load to, round-robin (paper
+            Sec. IV-C scaling; the offered rate is the stream's, not per producer).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -54,6 +56,7 @@ class Workload(BaseModel):
     profile: str = Field("weblog", pattern="^(social|weblog|game)$")
     message_bytes: int | None = Field(None, gt=0)
     poll_interval_ms: float = Field(1.0, ge=0.0)
+    producers: int = Field(1, ge=1)
 
 
 class Stage(BaseModel):

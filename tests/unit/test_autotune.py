@@ -667,6 +667,17 @@ def test_the_producers_hint_spreads_the_same_offered_load_over_more_producers(lo
     assert unchanged.max_producers == 1 and load_producer.instances[-1].produced == 30
 
 
+def test_the_load_starts_with_the_producers_it_is_given_and_a_hint_replaces_them(load_producer, monkeypatch):
+    result = run_load({}, "t", rate=0, count=30, duration_s=None, producers=3)
+    assert [p.produced for p in load_producer.instances] == [10, 10, 10] and result.max_producers == 3
+    load_producer.instances = []
+    monkeypatch.setattr(load_producer, "initial_hints", {"poll_interval_ms": None, "producers": 2})
+    hinted = run_load({}, "t", rate=0, count=30, duration_s=None, producers=3)
+    assert [p.produced for p in load_producer.instances] == [15, 15] and hinted.max_producers == 2
+    with pytest.raises(ValueError, match="producers=0"):
+        run_load({}, "t", rate=0, count=1, duration_s=None, producers=0)
+
+
 def test_the_load_closes_its_producers_at_once(load_producer, monkeypatch):
     """Each close may wait out its flush deadline: one after another, N producers would take N times that."""
     monkeypatch.setattr(load_producer, "initial_hints", {"poll_interval_ms": None, "producers": 3})
