@@ -16,6 +16,14 @@ IV-C: lambda = 1/delta per producer, N_p / delta in total):
 
 When lambda is unknown, callers use the current configuration's N_p * T (the load the producers take
 today), so mu = 1 and phi = 1 - P_l for the current configuration.
+
+**Measured throughput.** T is the model's, learned where the model was trained; on another network it
+can be far off (the shipped model expects about 3,000 messages/s from one producer at L = 15%, D = 30
+ms; our testbed's producer delivered about 170). A window whose producers lost at least
+:data:`SATURATION_LOSS` of what they were given ran at capacity, so it measures T of its configuration
+on its network: :func:`measured_throughput`. Callers then use it in place of the model's T for that
+configuration, and scale the model's T of other configurations by the same factor (the model's relative
+effects of B, acks, T_o are kept; only its level is taken from the deployment).
 """
 
 from __future__ import annotations
@@ -29,6 +37,11 @@ import numpy.typing as npt
 from kafka_plumbing.errors import ConfigError
 
 ArrayLike = float | npt.NDArray[np.float64]
+
+SATURATION_LOSS = 0.05
+"""R_l (fraction) from which a window's producers count as saturated: what they delivered is their
+throughput T (:func:`measured_throughput`). Below it they kept up (or nearly), which bounds T from below
+only."""
 
 
 @dataclass(frozen=True)
@@ -148,3 +161,30 @@ def gamma(
         + w.w4 * (1.0 - np.asarray(p_dup))
     )
     return float(out) if np.ndim(out) == 0 else out
+
+
+def measured_throughput(
+    sent: ArrayLike, window_s: ArrayLike, loss_rate: ArrayLike, producers: ArrayLike = 1
+) -> ArrayLike:
+    """Throughput T of one producer as a window measured it, messages/s; NaN where it does not measure it.
+
+    ``T = sent * (1 - R_l) / (window_s * N_p)``: what each producer delivered, when the window's R_l is at
+    least :data:`SATURATION_LOSS` (the producers were given more than they could deliver, so this is
+    their capacity with the window's configuration on its network). Elsewhere NaN: a window that kept
+    up only shows T >= that rate.
+
+    Args:
+        sent: Messages the producers sent in the window (the audit's ``sent``).
+        window_s: Window length, s (> 0).
+        loss_rate: R_l, fraction 0-1.
+        producers: N_p, the window's audited producers (>= 1).
+
+    Returns:
+        T in messages/s (a float or an array like the inputs; NaN where not measured or inputs invalid).
+    """
+    sent_a, win, r_l, n_p = (np.asarray(x, dtype=np.float64) for x in (sent, window_s, loss_rate, producers))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = sent_a * (1.0 - r_l) / (win * np.maximum(n_p, 1.0))
+    ok = (r_l >= SATURATION_LOSS) & (r_l <= 1.0) & (win > 0) & (sent_a > 0) & np.isfinite(t)
+    out = np.where(ok, t, np.nan)
+    return float(out) if out.ndim == 0 else out

@@ -77,6 +77,8 @@ def wilson_interval(covered: int, n: int, z: float = COVERAGE_CONFIDENCE_Z) -> t
     centre = (p + z * z / (2 * n)) / denom
     half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / denom
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
 ALL_MET = "all criteria met"
 
 

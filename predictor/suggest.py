@@ -50,7 +50,13 @@ _CONFIG_KEYS = {
     "producers": "producers",
     "message_size_bytes": "message_size_bytes",
 }
-_NETWORK_KEYS = ("packet_loss_pct", "delay_ms", "message_size_bytes", "arrival_rate_msgs_per_s")
+_NETWORK_KEYS = (
+    "packet_loss_pct",
+    "delay_ms",
+    "message_size_bytes",
+    "arrival_rate_msgs_per_s",
+    "measured_throughput_msgs_per_s",
+)
 KNOB_NAMES = {
     "acks": "acks",
     "batch_num_messages": "batch.num.messages",
@@ -138,12 +144,14 @@ def _steps(grid: tuple[float, ...], a: float, b: float) -> int:
     return abs(values.index(a) - values.index(b))
 
 
-def _detail(pred: pd.DataFrame, i: int, phi_v: float, mu_v: float, producers: float) -> dict[str, float]:
+def _detail(
+    pred: pd.DataFrame, tp: np.ndarray, i: int, phi_v: float, mu_v: float, producers: float
+) -> dict[str, float]:
     return {
         "phi": float(phi_v),
         "mu": float(mu_v),
         "producers": float(producers),
-        "throughput_msgs_per_s": float(pred.at[i, "throughput_msgs_per_s"]),
+        "throughput_msgs_per_s": float(tp[i]),  # the model's, or scaled to the measured one
         "p_loss_lo": float(pred.at[i, "p_loss_lo"]),
         "p_loss_hi": float(pred.at[i, "p_loss_hi"]),
     }
@@ -175,7 +183,11 @@ def suggest(
             Not modified.
         network: ``packet_loss_pct`` (L, percent), ``delay_ms`` (D, ms), ``message_size_bytes`` (M; may
             also be in ``config``), optional ``arrival_rate_msgs_per_s`` (lambda of the whole stream;
-            default: what the current configuration serves, N_p * T).
+            default: what the current configuration serves, N_p * T), optional
+            ``measured_throughput_msgs_per_s`` (T of one producer with the current configuration as a
+            saturated window measured it, :func:`predictor.kpi.measured_throughput`; the model's T of
+            every candidate is scaled by measured / predicted of the current one, so the producer count
+            is sized on the deployment's throughput, not the training network's).
         target_gamma: Required gamma in (0, 1].
         weights: Eq. 2 weights (default 0.3, 0.3, 0.3, 0.1; see :meth:`Weights.preset`).
         predictor: Model (default: :func:`~predictor.model.default_predictor`).
@@ -211,6 +223,12 @@ def suggest(
     is_cur = np.logical_and.reduce([grid[k].to_numpy() == cur[k] for k in axes])
     i_cur = int(np.flatnonzero(is_cur)[0])
     tp = pred["throughput_msgs_per_s"].to_numpy()
+    measured = network.get("measured_throughput_msgs_per_s")
+    if measured is not None:
+        if isinstance(measured, bool) or not isinstance(measured, int | float) or not measured > 0:
+            raise ConfigError(f"measured_throughput_msgs_per_s={measured!r}: must be > 0 messages/s")
+        if math.isfinite(measured) and tp[i_cur] > 0:
+            tp = tp * (float(measured) / tp[i_cur])  # the deployment's level, the model's relative effects
     lam = rate if rate is not None else cur["producers"] * tp[i_cur]
     n_prod = (
         np.arange(1, max(MAX_PRODUCERS, int(cur["producers"])) + 1, dtype=np.float64)
@@ -273,7 +291,7 @@ def suggest(
         "target_gamma": target_gamma,
         "weights": [w.w1, w.w2, w.w3, w.w4],
         "arrival_rate_msgs_per_s": float(lam),
-        "before": _detail(pred, i_cur, phis[i_cur, j_cur], mus[i_cur, j_cur], cur["producers"]),
-        "after": _detail(pred, i, phis[i, j], mus[i, j], n_prod[j]),
+        "before": _detail(pred, tp, i_cur, phis[i_cur, j_cur], mus[i_cur, j_cur], cur["producers"]),
+        "after": _detail(pred, tp, i, phis[i, j], mus[i, j], n_prod[j]),
     }
     return Suggestion(changes, before, after, text, bool(meets.any()), details)

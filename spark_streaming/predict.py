@@ -12,14 +12,18 @@ each *final* window result with messages sent and a producer configuration it
 3. computes gamma (Eq. 2) twice with the topic's weights (Table II preset): ``gamma_predicted`` with
    P_l, P_d and ``gamma_actual`` with the measured R_l, R_d. Both use the same service terms
    (:mod:`predictor.kpi`): lambda = sent / window length (messages/s), N_p = the audited producers,
-   mu = max(min(1, N_p * T / lambda), 1 - R_l), phi = mu * (1 - loss). A window does not measure the
-   producers' capacity, so T is the predicted one, but it bounds it from below: the producers delivered
-   (1 - R_l) * lambda messages/s, so they served at least that (a window that lost nothing kept up,
-   mu = 1, whatever the model thinks of the configuration's throughput). Without a prediction mu = 1
-   (the kpi module's convention);
+   mu = max(min(1, N_p * T / lambda), 1 - R_l), phi = mu * (1 - loss). A window that kept up does not
+   measure the producers' capacity, so T is the predicted one, but it bounds it from below: the
+   producers delivered (1 - R_l) * lambda messages/s, so they served at least that (a window that lost
+   nothing kept up, mu = 1, whatever the model thinks of the configuration's throughput). A saturated
+   window (R_l >= ``predictor.kpi.SATURATION_LOSS``) does measure it: T is what each producer delivered
+   (:func:`predictor.kpi.measured_throughput`), so mu = 1 - R_l. Without a prediction mu = 1 (the kpi
+   module's convention);
 4. when ``gamma_actual < gamma_target``, asks :func:`predictor.suggest.suggest` for the smallest
    configuration change predicted to meet the target and stores it as structure (the new value of each
-   changed property in ``suggested_*``, its predicted P_l and gamma) and in words (``suggestion``).
+   changed property in ``suggested_*``, its predicted P_l and gamma) and in words (``suggestion``). A
+   saturated window passes its measured T, so the search sizes the producer count on the throughput of
+   this deployment, not of the network the model was trained on.
 
 Every predicted row carries ``model_version``: the version of the model that made it (the model
 registry's champion the driver chose for the micro-batch, ``shipped`` for the shipped model; see
@@ -48,7 +52,7 @@ from predictor.registry import SHIPPED_VERSION
 
 log = logging.getLogger(__name__)
 
-_SUGGEST_KEY = (*window_result.CURRENT_PROPERTIES.values(), "sent", "_L", "_D", "_M")
+_SUGGEST_KEY = (*window_result.CURRENT_PROPERTIES.values(), "sent", "loss_rate", "_L", "_D", "_M")
 """What a suggestion depends on: windows alike in these get the same one (computed once per batch)."""
 
 
@@ -185,6 +189,25 @@ def arrival_rate(results: pd.DataFrame) -> pd.Series:
     return rate.where(rate > 0)
 
 
+def measured_throughput(results: pd.DataFrame) -> pd.Series:
+    """T of one producer as each window measured it, messages/s (NaN where it kept up or is empty).
+
+    :func:`predictor.kpi.measured_throughput` of ``sent``, the window length, ``loss_rate`` (R_l) and
+    ``producers`` (N_p, 1 where unknown).
+    """
+    from predictor import kpi
+
+    seconds = (_num(results["window_end_ms"]) - _num(results["window_start_ms"])) / 1000.0
+    n_p = _num(results["producers"]).fillna(1.0).clip(lower=1.0)
+    t = kpi.measured_throughput(
+        _num(results["sent"]).to_numpy(),
+        seconds.to_numpy(),
+        _num(results["loss_rate"]).to_numpy(),
+        n_p.to_numpy(),
+    )
+    return pd.Series(np.asarray(t, dtype=np.float64).reshape(-1), index=results.index)
+
+
 def _error(frame: pd.DataFrame, rows: pd.Index, stage: str, exc: BaseException | str) -> None:
     text = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
     frame.loc[rows, "predict_stage"] = stage
@@ -200,7 +223,8 @@ def _gammas(out: pd.DataFrame, rows: pd.Index, pred: pd.DataFrame | None, weight
     loss = _num(out.loc[rows, "loss_rate"])
     dup = _num(out.loc[rows, "duplicate_rate"]).clip(upper=1.0)  # R_d exceeds 1 if copies outnumber sent
     if pred is not None:
-        tp = pred.loc[rows, "throughput_msgs_per_s"]
+        measured = measured_throughput(out.loc[rows])
+        tp = measured.where(measured.notna(), pred.loc[rows, "throughput_msgs_per_s"])
         mu = (n_p * tp / lam).clip(0.0, 1.0).where(tp.notna() & lam.notna(), 1.0)
         mu = np.maximum(mu, (1.0 - loss).clip(0.0, 1.0).fillna(0.0))  # delivered <= served
     else:
@@ -242,11 +266,13 @@ def _suggest(
         "producers": int(now["producers"]) if pd.notna(now["producers"]) and now["producers"] >= 1 else 1,
     }
     lam = arrival_rate(out.loc[[i]]).iloc[0]
+    t_measured = measured_throughput(out.loc[[i]]).iloc[0]
     network = {
         "packet_loss_pct": float(r["_L"]),
         "delay_ms": float(r["_D"]),
         "message_size_bytes": float(r["_M"]),
         "arrival_rate_msgs_per_s": float(lam) if pd.notna(lam) else None,
+        "measured_throughput_msgs_per_s": float(t_measured) if pd.notna(t_measured) else None,
     }
     s = suggest(config, network, target, weights, model)
     if s is None:

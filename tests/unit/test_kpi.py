@@ -1,8 +1,10 @@
+import math
+
 import numpy as np
 import pytest
 
 from kafka_plumbing.errors import ConfigError
-from predictor.kpi import Weights, gamma, mu, phi
+from predictor.kpi import SATURATION_LOSS, Weights, gamma, measured_throughput, mu, phi
 
 
 def test_default_weights_are_the_papers():
@@ -67,3 +69,13 @@ def test_vectorised_kpi():
     assert g.shape == (3,)
     assert g[0] == pytest.approx(0.3 * 0.1 + 0.3 * 0.1 + 0.3 + 0.1)
     assert g[2] == pytest.approx(0.0 + 0.3 + 0.0 + 0.1)
+
+
+def test_a_saturated_window_measures_the_throughput_of_one_producer():
+    # 40,000 sent in 10 s by 1 producer, 96% lost: it delivered 160 messages/s, its capacity there
+    assert measured_throughput(40_000, 10.0, 0.96) == pytest.approx(160.0)
+    assert measured_throughput(40_000, 10.0, 0.5, producers=4) == pytest.approx(500.0)
+    # below SATURATION_LOSS the producers (nearly) kept up: only a lower bound, so not measured
+    assert math.isnan(measured_throughput(40_000, 10.0, SATURATION_LOSS / 2))
+    got = measured_throughput(np.array([100.0, 0.0, 100.0]), np.array([10.0, 10.0, 0.0]), np.array([0.5] * 3))
+    assert got[0] == pytest.approx(5.0) and np.isnan(got[1:]).all()  # empty window, zero length: NaN

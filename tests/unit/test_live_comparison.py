@@ -109,10 +109,12 @@ def test_final_windows_get_predictions_gammas_and_a_suggestion_below_target(mode
     for col in ("p_loss", "p_loss_lo", "p_loss_hi", "p_dup", "p_dup_lo", "p_dup_hi"):
         assert bad[col] == pytest.approx(expected[col])
     assert bad["p_loss_lo"] <= bad["p_loss"] <= bad["p_loss_hi"]
-    # Eq. 2 with weblog weights; mu from the predicted throughput and lambda = 5000 / 10 s, at least the
-    # delivered fraction 1 - R_l (the producers served what arrived)
+    # Eq. 2 with weblog weights; lambda = 5000 / 10 s; R_l = 15% >= SATURATION_LOSS, so the window measured
+    # the producer's throughput T = 5000 * 0.85 / 10 s = 425 messages/s, and mu = 425 / 500 = 1 - R_l
+    # whatever the model thinks of the configuration's throughput
     w = Weights.preset("weblog")
-    mu = max(min(1.0, expected["throughput_msgs_per_s"] / 500.0), 0.85)
+    assert expected["throughput_msgs_per_s"] > 500.0  # the model's T would have said the producer kept up
+    mu = 0.85
     assert bad["gamma_actual"] == pytest.approx(gamma(mu * 0.85, mu, 0.15, 0.0, w))
     assert bad["gamma_predicted"] == pytest.approx(
         gamma(mu * (1 - expected["p_loss"]), mu, expected["p_loss"], expected["p_dup"], w)
@@ -131,6 +133,7 @@ def test_final_windows_get_predictions_gammas_and_a_suggestion_below_target(mode
             "delay_ms": 1.0,
             "message_size_bytes": 200.0,
             "arrival_rate_msgs_per_s": 500.0,
+            "measured_throughput_msgs_per_s": 425.0,
         },
         0.9,
         w,
@@ -458,7 +461,13 @@ def test_the_suggestion_is_carried_as_structure_matching_the_model(model):
     config = {"acks": "1", "batch.num.messages": 1, "message.timeout.ms": 500, "producers": 1}
     direct = suggest(
         {**config, "poll_interval_ms": 0.0},
-        {"packet_loss_pct": 15, "delay_ms": 1, "message_size_bytes": 200, "arrival_rate_msgs_per_s": 500},
+        {
+            "packet_loss_pct": 15,
+            "delay_ms": 1,
+            "message_size_bytes": 200,
+            "arrival_rate_msgs_per_s": 500,
+            "measured_throughput_msgs_per_s": 425,  # R_l 15%: the window measured T
+        },
         0.9,
         Weights.preset("weblog"),
         model,

@@ -78,6 +78,48 @@ def test_arrival_rate_above_capacity_suggests_scaling():
     assert s.details["after"]["mu"] > s.details["before"]["mu"]
 
 
+def test_a_measured_throughput_sizes_the_producer_count_on_the_deployment():
+    # The testbed's weblog "heavy loss" stage: 4,000 messages/s, L 15%, D 30 ms. The shipped model expects
+    # one producer to deliver about 1,600 messages/s there; the window measured 170 (96% lost), and eight
+    # producers then lost 0.5% (data/testbed-control/heavy-loss-sweep).
+    config = {"acks": "1", "batch.num.messages": 1, "message.timeout.ms": 2000, "producers": 1}
+    net = {
+        "packet_loss_pct": 15.0,
+        "delay_ms": 30.0,
+        "message_size_bytes": 220,
+        "arrival_rate_msgs_per_s": 4000.0,
+    }
+    model_only = suggest(config, net, 0.9, Weights.preset("weblog"))
+    measured = suggest(
+        config, {**net, "measured_throughput_msgs_per_s": 170.0}, 0.9, Weights.preset("weblog")
+    )
+    assert model_only is not None and measured is not None
+    assert measured.changes["producers"] > model_only.changes["producers"]
+    before = measured.details["before"]
+    assert before["throughput_msgs_per_s"] == pytest.approx(170.0) and before["mu"] == pytest.approx(
+        170 / 4000
+    )
+    # the model's relative effect of the configuration is kept: T after = model's T after * 170 / T before
+    row = {
+        "acks": 1,
+        "poll_interval_ms": 0.0,
+        **{k: v for k, v in net.items() if k != "arrival_rate_msgs_per_s"},
+    }
+    after = {
+        **row,
+        "batch_num_messages": measured.changes.get("batch.num.messages", 1),
+        "message_timeout_ms": measured.changes.get("message.timeout.ms", 2000),
+        "acks": int(measured.changes.get("acks", 1)),
+    }
+    t_after = default_predictor().predict(pd.DataFrame([after]))["throughput_msgs_per_s"].iloc[0]
+    t_before = model_only.details["before"]["throughput_msgs_per_s"]
+    assert measured.details["after"]["throughput_msgs_per_s"] == pytest.approx(
+        t_after * 170.0 / t_before, rel=1e-5
+    )
+    with pytest.raises(ConfigError, match="measured_throughput_msgs_per_s"):
+        suggest(config, {**net, "measured_throughput_msgs_per_s": 0.0}, 0.9)
+
+
 def test_without_scaling_the_producer_count_stays():
     # the same stream for an application that cannot add producers: only librdkafka properties change
     net = {
