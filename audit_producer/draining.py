@@ -14,6 +14,7 @@ gets exactly one report either way.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,7 @@ class OldProducer:
         message_timeout_ms: Its librdkafka ``message.timeout.ms``, ms (0 = infinite).
         pinned: Kept open even when empty: the configuration a new one rolls back to while that one is
             on probation.
+        purged: Past its deadline, what it held was purged; its failure reports are being served.
     """
 
     producer: Any
@@ -55,6 +57,7 @@ class OldProducer:
     label: str
     message_timeout_ms: int = 0
     pinned: bool = False
+    purged: bool = False
 
 
 class Draining:
@@ -62,6 +65,7 @@ class Draining:
 
     def __init__(self) -> None:
         self._old: list[OldProducer] = []
+        self._closing: list[threading.Thread] = []
 
     def __bool__(self) -> bool:
         return bool(self._old)
@@ -113,10 +117,17 @@ class Draining:
         return left
 
     def reap(self, now_ms: int) -> int:
-        """Close the replaced producers that are empty, or past their deadline (purged first).
+        """Let go of the replaced producers that are done (empty, or purged after their deadline); no waits.
+
+        A producer past its deadline that still holds messages is purged without waiting; the purge's
+        failure reports are served by the following polls (the caller's thread), so they land in the window
+        counts like any report. One that holds nothing is closed on a thread of its own: ``close()`` tears
+        its connections down, which through a lossy link can take many seconds, and eight producers closing
+        one after another on the caller's thread stalled a load for minutes; with nothing held no callback
+        is left to run on that thread.
 
         Returns:
-            How many were closed.
+            How many were let go (their close started; :meth:`join` waits for it).
         """
         closed = 0
         for old in list(self._old):
@@ -124,27 +135,47 @@ class Draining:
             held = len(old.producer)
             if old.pinned or (held and now_ms < old.deadline_ms):
                 continue  # pinned: kept for a rollback until the probation ends (bounded in time)
-            if held:
+            if held and not old.purged:
                 log.warning(
                     "inner producer of %s still holds %d messages past its message.timeout.ms: purging "
                     "them (each gets a failure delivery report)",
                     old.label,
                     held,
                 )
-                self._purge(old.producer)
+                old.producer.purge(in_queue=True, in_flight=True, blocking=False)
+                old.purged = True
+                old.producer.poll(0)
+                held = len(old.producer)
+            if held:
+                continue  # its purge's reports are still to be served
             self._old.remove(old)
-            old.producer.close()
+            closer = threading.Thread(target=old.producer.close, name=f"close {old.label}", daemon=True)
+            closer.start()
+            self._closing.append(closer)
             closed += 1
+        self._closing = [t for t in self._closing if t.is_alive()]
         return closed
 
+    def join(self, timeout_s: float | None = None) -> bool:
+        """Wait for the closes :meth:`reap` started (at most ``timeout_s`` s in all); True if all ended."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for closer in self._closing:
+            closer.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        self._closing = [t for t in self._closing if t.is_alive()]
+        return not self._closing
+
     def close_all(self, timeout_s: float) -> None:
-        """Flush (at most ``timeout_s`` s), purge what is left, close every replaced producer."""
+        """Flush (at most ``timeout_s`` s), purge what is left, close every replaced producer.
+
+        Also waits (at most ``timeout_s`` s) for the closes :meth:`reap` started.
+        """
         self.flush(timeout_s)
         for old in self._old:
             if len(old.producer):
                 self._purge(old.producer)
             old.producer.close()
         self._old.clear()
+        self.join(max(0.0, timeout_s))
 
     @staticmethod
     def _purge(producer: Any) -> None:

@@ -260,11 +260,32 @@ def test_draining_closes_empty_producers_purges_late_ones_and_keeps_pinned_ones(
     d.add(pinned, deadline_ms=0, label="p", pinned=True)
     assert d.in_flight() == 2 and d.max_message_timeout_ms() == 3_000
     assert d.reap(now_ms=6_000) == 2  # empty (at once) and late (past its deadline, purged)
+    assert d.join(5.0)  # closed on threads of their own
     assert empty.closed and late.closed and late.purged and not late.pending
     assert not busy.closed and not pinned.closed
     d.unpin()
     busy.deliver()
     assert d.reap(now_ms=6_000) == 2 and not d
+
+
+def test_draining_never_blocks_the_caller_on_a_close_or_an_unfinished_purge() -> None:
+    d = Draining()
+    slow, stuck = FakeInner(), FakeInner()
+    release = threading.Event()
+    slow.close = lambda: release.wait(10)  # type: ignore[method-assign]  # close() through a lossy link
+    stuck.produce("t", b"x", timestamp=1, headers=[])
+    stuck.purge = lambda **kw: setattr(stuck, "purged", True)  # type: ignore[method-assign]  # reports later
+    d.add(slow, deadline_ms=0, label="slow")
+    d.add(stuck, deadline_ms=0, label="stuck")
+    started = time.monotonic()
+    assert d.reap(now_ms=1_000) == 1 and time.monotonic() - started < 1.0  # slow's close runs elsewhere
+    assert stuck.purged and not stuck.closed and d.in_flight() == 1  # purged, its report still to come
+    assert d.reap(now_ms=2_000) == 0  # not purged twice, not closed while it holds a message
+    stuck.deliver(err=KafkaError(KafkaError._PURGE_QUEUE))  # the purge's report, served by a poll
+    assert d.reap(now_ms=3_000) == 1 and not d
+    assert not d.join(0.05)  # slow is still closing
+    release.set()
+    assert d.join(5.0) and stuck.closed
 
 
 # ---------------------------------------------------------------------------------------------- the swap
