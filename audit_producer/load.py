@@ -95,20 +95,25 @@ class _Pace:
         self.t_base, self.rate = now, rate
 
 
-def _hand_over(producer: AuditedProducer, topic: str, value: bytes, due: float, timeout_ms: float) -> bool:
-    """Produce ``value``, retrying while the queue is full; return False when giving it up.
+def _hand_over(group: _Producers, topic: str, value: bytes, due: float, timeout_ms: float) -> bool:
+    """Produce ``value`` to the next producer with room, retrying while all queues are full.
 
-    It is given up when the queue is still full ``timeout_ms`` ms (0 = never) after ``due``, the time
-    the message was offered (monotonic s).
+    Round-robin from the next producer: one whose queue is full (``BufferError``) is passed over for the
+    next, as an application with several producers would (waiting on one jammed producer while the others
+    have room stalled a load on a lossy link). When every queue is full, their callbacks are served and it
+    tries again; it gives the message up (returns False) when they are still full ``timeout_ms`` ms (0 =
+    never) after ``due``, the time the message was offered (monotonic s).
     """
     while True:
-        try:
-            producer.produce(topic, value)
-            return True
-        except BufferError:
-            if timeout_ms > 0 and (time.monotonic() - due) * 1000 > timeout_ms:
-                return False
-            producer.poll(_BUFFER_WAIT_S)
+        for _ in range(len(group.running)):
+            try:
+                group.pick().produce(topic, value)
+                return True
+            except BufferError:
+                continue
+        if timeout_ms > 0 and (time.monotonic() - due) * 1000 > timeout_ms:
+            return False
+        group.wait(_BUFFER_WAIT_S)
 
 
 class _Producers:
@@ -152,6 +157,12 @@ class _Producers:
         """Serve every running producer's callbacks."""
         for p in self.running:
             p.poll(0)
+
+    def wait(self, seconds: float) -> None:
+        """Serve every running producer's callbacks while waiting ``seconds`` s for room in their queues."""
+        self.poll()
+        time.sleep(seconds)
+        self.poll()
 
     def set_poll_interval(self, ms: float | None) -> None:
         """Report the application's polling interval on every running producer."""
@@ -274,7 +285,7 @@ def run_load(
             due_at = pace.time_of(offered) if pace.rate > 0 else time.monotonic()
             if time.monotonic() - due_at > stale_s:  # the application fell that far behind its schedule
                 lost += 1
-            elif _hand_over(group.pick(), topic, next(values), due_at, timeout_ms):
+            elif _hand_over(group, topic, next(values), due_at, timeout_ms):
                 handed += 1
             else:
                 lost += 1

@@ -699,6 +699,21 @@ def test_the_load_starts_with_the_producers_it_is_given_and_a_hint_replaces_them
         run_load({}, "t", rate=0, count=1, duration_s=None, producers=0)
 
 
+def test_a_full_producer_is_passed_over_for_one_with_room(load_producer, monkeypatch):
+    monkeypatch.setattr(load_producer, "initial_hints", {"poll_interval_ms": None, "producers": 3})
+    real_produce = LoadProducer.produce
+
+    def produce(self: LoadProducer, topic: str, value: Any) -> None:
+        if self is LoadProducer.instances[0]:  # jammed: its queue stays full
+            raise BufferError("queue full")
+        real_produce(self, topic, value)
+
+    monkeypatch.setattr(load_producer, "produce", produce)
+    result = run_load({}, "t", rate=0, count=30, duration_s=None, handover_timeout_ms=20)
+    assert (result.produced, result.not_handed_over) == (30, 0)  # none waits on the jammed one
+    assert [p.produced for p in load_producer.instances] == [0, 15, 15]
+
+
 def test_the_load_closes_its_producers_at_once(load_producer, monkeypatch):
     """Each close may wait out its flush deadline: one after another, N producers would take N times that."""
     monkeypatch.setattr(load_producer, "initial_hints", {"poll_interval_ms": None, "producers": 3})
