@@ -11,10 +11,12 @@ verifier for the ground truth of that producer's messages.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import subprocess
 import sys
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,9 @@ from testbed.impairment import Impairment
 from testbed.netns import DEFAULT_CONGESTION_CONTROL, ProducerNamespace
 from testbed.producer_process import ProducerRun
 from testbed.verify import Verification, verify_topic
+
+_STDERR_LOGS: weakref.WeakKeyDictionary[subprocess.Popen[str], Path] = weakref.WeakKeyDictionary()
+"""Where each producer process started by :meth:`Lab.start_producer` writes its stderr."""
 
 
 class LabError(KafkaAuditError):
@@ -124,6 +129,8 @@ class Lab:
     ) -> None:
         self.ns = ProducerNamespace(seed=seed, congestion_control=congestion_control)
         self.audit_topic = audit_topic
+        self.logs_dir = Path(data_dir) / "producer-logs"
+        self._log_numbers = itertools.count()
         try:
             self.cluster = KafkaCluster.create(
                 Path(data_dir) / "kafka", brokers=brokers, broker_host=self.ns.host_ip, heap_mb=512
@@ -173,16 +180,28 @@ class Lab:
         self.ns.apply(impairment)
 
     def start_producer(self, run: ProducerRun) -> subprocess.Popen[str]:
-        """Start one audited producer process inside the namespace (see :meth:`finish_producer`)."""
+        """Start one audited producer process inside the namespace (see :meth:`finish_producer`).
+
+        Its stderr (librdkafka's log lines, Python warnings) goes to ``<data_dir>/producer-logs/<client
+        id>-<n>.stderr``, not to a pipe: nobody reads a pipe until the process is finished, and a lossy
+        link makes librdkafka log enough to fill one (64 KB), after which every write blocks, librdkafka's
+        broker threads and the load's thread with it (the load stalled for minutes). Stdout carries one
+        JSON line (the result) and stays a pipe.
+        """
         spec = run.model_copy(update={"bootstrap_servers": self.bootstrap_servers})
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        return self.ns.popen(
-            [sys.executable, "-m", "testbed.producer_process", spec.model_dump_json()],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.logs_dir / f"{run.client_id}-{next(self._log_numbers)}.stderr"
+        with log_path.open("w") as stderr:
+            proc = self.ns.popen(
+                [sys.executable, "-m", "testbed.producer_process", spec.model_dump_json()],
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                env=env,
+            )
+        _STDERR_LOGS[proc] = log_path
+        return proc
 
     @staticmethod
     def finish_producer(proc: subprocess.Popen[str], timeout_s: float = 600.0) -> ProducerOutcome:
@@ -199,7 +218,10 @@ class Lab:
             raise LabError(f"producer process did not finish within {timeout_s:.0f} s") from exc
         lines = [line for line in out.splitlines() if line.startswith("{")]
         if proc.returncode != 0 or not lines:
-            raise LabError(f"producer process failed ({proc.returncode}): {err.strip()[-2000:]}")
+            log_path = _STDERR_LOGS.get(proc)
+            if log_path is not None and log_path.exists():
+                err = log_path.read_text(errors="replace")
+            raise LabError(f"producer process failed ({proc.returncode}): {(err or '').strip()[-2000:]}")
         res: dict[str, Any] = json.loads(lines[-1])
         return ProducerOutcome(
             str(res["producer_id"]),
