@@ -263,7 +263,12 @@ def run_load(
         producer.close()
         raise
     group = _Producers(producer, config, audit)
-    group.scale(((producer.hints or {}).get("producers") if follow_producers else None) or producers)
+
+    def wanted(hints: dict[str, Any] | None) -> int:
+        """Return how many producers to run: a followed hint's count while it stands, else ``producers``."""
+        return ((hints or {}).get("producers") if follow_producers else None) or producers
+
+    group.scale(wanted(producer.hints))
     values = itertools.cycle(pool)
     offered = handed = lost = 0
     t0 = time.monotonic()
@@ -301,7 +306,7 @@ def run_load(
             if producer.hints != hints:
                 hints = producer.hints
                 if follow_producers:
-                    group.scale((hints or {}).get("producers") or producers)
+                    group.scale(wanted(hints))
                 if follow_hints:
                     interval = (hints or {}).get("poll_interval_ms")
                     if interval is None:  # no hint (any more): the caller's pace

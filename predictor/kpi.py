@@ -18,8 +18,8 @@ When lambda is unknown, callers use the current configuration's N_p * T (the loa
 today), so mu = 1 and phi = 1 - P_l for the current configuration.
 
 **Measured throughput.** T is the model's, learned where the model was trained; on another network it
-can be far off (the shipped model expects about 3,000 messages/s from one producer at L = 15%, D = 30
-ms; our testbed's producer delivered about 170). A window whose producers lost at least
+can be far off (the shipped model expects about 1,600 messages/s from one producer at L = 15%, D = 30
+ms, M = 220 bytes; our testbed's producer delivered about 170). A window whose producers lost at least
 :data:`SATURATION_LOSS` of what they were given ran at capacity, so it measures T of its configuration
 on its network: :func:`measured_throughput`. Callers then use it in place of the model's T for that
 configuration, and scale the model's T of other configurations by the same factor (the model's relative

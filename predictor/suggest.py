@@ -50,13 +50,7 @@ _CONFIG_KEYS = {
     "producers": "producers",
     "message_size_bytes": "message_size_bytes",
 }
-_NETWORK_KEYS = (
-    "packet_loss_pct",
-    "delay_ms",
-    "message_size_bytes",
-    "arrival_rate_msgs_per_s",
-    "measured_throughput_msgs_per_s",
-)
+_NETWORK_KEYS = ("packet_loss_pct", "delay_ms", "message_size_bytes", "arrival_rate_msgs_per_s")
 KNOB_NAMES = {
     "acks": "acks",
     "batch_num_messages": "batch.num.messages",

@@ -182,9 +182,14 @@ def feature_frame(results: pd.DataFrame, message_size_bytes: pd.Series | float =
     return out
 
 
+def _window_seconds(results: pd.DataFrame) -> pd.Series:
+    """Window length, s."""
+    return (_num(results["window_end_ms"]) - _num(results["window_start_ms"])) / 1000.0
+
+
 def arrival_rate(results: pd.DataFrame) -> pd.Series:
     """Arrival rate lambda = sent / window length, messages/s (NaN where the window is empty)."""
-    seconds = (_num(results["window_end_ms"]) - _num(results["window_start_ms"])) / 1000.0
+    seconds = _window_seconds(results)
     rate = _num(results["sent"]) / seconds.where(seconds > 0)
     return rate.where(rate > 0)
 
@@ -197,11 +202,10 @@ def measured_throughput(results: pd.DataFrame) -> pd.Series:
     """
     from predictor import kpi
 
-    seconds = (_num(results["window_end_ms"]) - _num(results["window_start_ms"])) / 1000.0
     n_p = _num(results["producers"]).fillna(1.0).clip(lower=1.0)
     t = kpi.measured_throughput(
         _num(results["sent"]).to_numpy(),
-        seconds.to_numpy(),
+        _window_seconds(results).to_numpy(),
         _num(results["loss_rate"]).to_numpy(),
         n_p.to_numpy(),
     )
@@ -223,7 +227,7 @@ def _gammas(out: pd.DataFrame, rows: pd.Index, pred: pd.DataFrame | None, weight
     loss = _num(out.loc[rows, "loss_rate"])
     dup = _num(out.loc[rows, "duplicate_rate"]).clip(upper=1.0)  # R_d exceeds 1 if copies outnumber sent
     if pred is not None:
-        measured = measured_throughput(out.loc[rows])
+        measured = _num(out.loc[rows, "_T"])
         tp = measured.where(measured.notna(), pred.loc[rows, "throughput_msgs_per_s"])
         mu = (n_p * tp / lam).clip(0.0, 1.0).where(tp.notna() & lam.notna(), 1.0)
         mu = np.maximum(mu, (1.0 - loss).clip(0.0, 1.0).fillna(0.0))  # delivered <= served
@@ -266,7 +270,7 @@ def _suggest(
         "producers": int(now["producers"]) if pd.notna(now["producers"]) and now["producers"] >= 1 else 1,
     }
     lam = arrival_rate(out.loc[[i]]).iloc[0]
-    t_measured = measured_throughput(out.loc[[i]]).iloc[0]
+    t_measured = r["_T"]
     network = {
         "packet_loss_pct": float(r["_L"]),
         "delay_ms": float(r["_D"]),
@@ -329,6 +333,7 @@ def add_predictions(
     out.loc[rows, "_L"] = features["packet_loss_pct"]
     out.loc[rows, "_D"] = features["delay_ms"]
     out.loc[rows, "_M"] = features["message_size_bytes"]
+    out.loc[rows, "_T"] = measured_throughput(out.loc[rows])  # T per producer where the window measured it
 
     predictor: PredictorLike | None = None
     if load is not None:
@@ -380,7 +385,7 @@ def add_predictions(
                 continue
             for col, value in (cache[key] or {}).items():
                 out.at[i, col] = value
-    return out.drop(columns=["_L", "_D", "_M"])
+    return out.drop(columns=["_L", "_D", "_M", "_T"])
 
 
 def _version_of(predictor: PredictorLike) -> str:
