@@ -12,6 +12,12 @@ Kafka key starts with ``producer|`` are decoded (:meth:`audit_record.AuditRecord
 :class:`audit_record.finality.Finality` for the largest timeout of the producers active around that
 window: 0 when none reported (the grace alone), and the maximum while it cannot know yet (before it has
 read to the end once, or for windows older than what it read), so a window never closes early.
+
+A producer that watches its TCP connections (``in_flight_bytes`` not null in its snapshots,
+:mod:`audit_producer.tcp_backlog`) sends a window's final snapshot only once the bytes it wrote have
+reached the brokers: until its final snapshot of a window is read, that window waits, at most
+``producer_final_wait_ms`` past its bound, and :data:`FINAL_SNAPSHOT_SETTLE_MS` after it is read (the
+data the final snapshot vouches for is fetched meanwhile).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Any
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
 from audit_record import MalformedRecordError, decode, now_ms
-from audit_record.finality import Finality
+from audit_record.finality import DEFAULT_PRODUCER_FINAL_WAIT_MS, Finality
 from kafka_plumbing.topics import connection_config
 
 log = logging.getLogger(__name__)
@@ -36,6 +42,10 @@ PRODUCER_KEY_PREFIX = b"producer|"
 
 PRUNE_INTERVAL_S = 60.0
 """How often producers long gone are forgotten, s."""
+
+FINAL_SNAPSHOT_SETTLE_MS = 2_000
+"""After a watching producer's final snapshot of a window is read, the window waits this much longer, ms:
+the data fetch (``fetch.wait.max.ms`` 500 ms) reads what the brokers appended before it."""
 
 
 @dataclass
@@ -58,6 +68,8 @@ class ProducerTimeouts:
         group_id: ``group.id`` of the reader (librdkafka needs one; it never joins or commits).
         lookback_ms: Read the snapshots emitted this long before :meth:`start`, ms (default: the bound
             plus three windows).
+        producer_final_wait_ms: How long past its delivery bound a window waits for the final snapshot of
+            a producer that watches its TCP connections, ms (0: it does not wait for them).
     """
 
     def __init__(
@@ -68,6 +80,7 @@ class ProducerTimeouts:
         finality: Finality,
         group_id: str,
         lookback_ms: int | None = None,
+        producer_final_wait_ms: int = DEFAULT_PRODUCER_FINAL_WAIT_MS,
     ) -> None:
         self._config = connection_config(config)
         self.audit_topic = audit_topic
@@ -82,6 +95,11 @@ class ProducerTimeouts:
         self.records_read = 0
         self._lock = threading.Lock()
         self._topics: dict[str, dict[str, _Seen]] = {}
+        self.producer_final_wait_ms = producer_final_wait_ms
+        # (topic, window start) -> producer ids whose snapshot of it said they watch TCP and is not final;
+        # and when the last of them sent its final snapshot (wall clock, ms)
+        self._unclosed: dict[tuple[str, int], set[str]] = {}
+        self._closed_at: dict[tuple[str, int], int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -100,6 +118,39 @@ class ProducerTimeouts:
                 seen.message_timeout_ms = 0
             else:
                 seen.message_timeout_ms = max(seen.message_timeout_ms, message_timeout_ms)
+
+    def observe_final(
+        self, topic: str, producer_id: str, window_start_ms: int, final: bool, at_ms: int
+    ) -> None:
+        """Record whether a watching producer's snapshot of a window is final (read at ``at_ms``, ms)."""
+        key = (topic, window_start_ms)
+        with self._lock:
+            waiting = self._unclosed.get(key)
+            if not final:  # one key's snapshots are read in order: never after its final one
+                self._unclosed.setdefault(key, set()).add(producer_id)
+                return
+            if waiting is not None:
+                waiting.discard(producer_id)
+                if not waiting:
+                    del self._unclosed[key]
+            self._closed_at[key] = at_ms
+
+    def unclosed_wait_ms(self, topic: str, window_start_ms: int, bound_ms: int) -> int:
+        """Return the wait a window needs for its watching producers' final snapshots, ms after its end.
+
+        While one has not sent it: ``bound_ms + producer_final_wait_ms``; once the last has, the time it was
+        read + :data:`FINAL_SNAPSHOT_SETTLE_MS`; 0 without watching producers.
+        """
+        if self.producer_final_wait_ms <= 0:
+            return 0
+        key = (topic, window_start_ms)
+        with self._lock:
+            if self._unclosed.get(key):
+                return bound_ms + self.producer_final_wait_ms
+            closed_at = self._closed_at.get(key)
+        if closed_at is None:
+            return 0
+        return max(0, closed_at + FINAL_SNAPSHOT_SETTLE_MS - (window_start_ms + self.window_ms))
 
     def message_timeout_ms(self, topic: str, window_start_ms: int) -> int | None:
         """Return the largest ``message.timeout.ms`` of the topic's producers around a window (None: none).
@@ -129,7 +180,8 @@ class ProducerTimeouts:
         if not self.ready.is_set() or window_start_ms + self.window_ms < self.covered_from_ms:
             return self.finality.max_wait_ms
         bound = self.finality.delivery_bound_ms(self.message_timeout_ms(topic, window_start_ms))
-        return 0 if bound is None else bound
+        bound = 0 if bound is None else bound
+        return max(bound, self.unclosed_wait_ms(topic, window_start_ms, bound))
 
     # ------------------------------------------------------------------ reading
     def start(self) -> None:
@@ -222,6 +274,10 @@ class ProducerTimeouts:
                 record.window_start_ms,
                 record.producer_config.message_timeout_ms,
             )
+        if record.producer_id and record.in_flight_bytes is not None:
+            self.observe_final(
+                record.topic, record.producer_id, record.window_start_ms, record.final, now_ms()
+            )
 
     def _prune(self, now: int) -> None:
         """Forget producers whose last window started more than the look-back plus a window before ``now``."""
@@ -233,3 +289,7 @@ class ProducerTimeouts:
                     del producers[pid]
                 if not producers:
                     del self._topics[topic]
+            for key in [k for k in self._closed_at if k[1] < cutoff]:
+                del self._closed_at[key]
+            for key in [k for k in self._unclosed if k[1] < cutoff]:
+                del self._unclosed[key]

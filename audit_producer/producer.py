@@ -45,6 +45,7 @@ from audit_producer.network_history import NetworkHistory
 from audit_producer.network_stats import TcpRetransmitMeter, parse_statistics
 from audit_producer.probation import Probation
 from audit_producer.settings import ProducerAuditSettings
+from audit_producer.tcp_backlog import Mark, TcpBacklog, TcpSocket, open_backlog, outstanding_of
 from audit_record import (
     PRODUCER_TIER,
     AuditRecord,
@@ -167,6 +168,7 @@ class AuditedProducer:
         "__weakref__",
         "_audit_producer",
         "_autotune",
+        "_backlog",
         "_base_config",
         "_check_error",
         "_check_lock",
@@ -175,6 +177,7 @@ class AuditedProducer:
         "_checked",
         "_closed",
         "_conn",
+        "_drain",
         "_draining",
         "_errors_only",
         "_follower",
@@ -333,6 +336,11 @@ class AuditedProducer:
         self._on_hints = on_hints
         self.config_events: Counter[str] = Counter()
         """Configuration events so far by kind: ``applied``, ``rejected``, ``rolled_back``."""
+
+        # TCP drain (docs/DESIGN.md, invariant 8): per settled window, the mark of every byte written when
+        # it settled, when that was (ms) and the bytes still unacknowledged at the last tick.
+        self._backlog: TcpBacklog | None = open_backlog() if self.settings.tcp_drain_wait_ms > 0 else None
+        self._drain: dict[tuple[str, int], tuple[Mark, int, int]] = {}
 
     # ------------------------------------------------------------------ the caller's API
     # The hot path. produce() costs what CPython makes it cost, so it does as little as it can; every
@@ -613,6 +621,7 @@ class AuditedProducer:
             self._producer.flush(timeout_s)
             self._producer.poll(0)
             self._draining.close_all(timeout_s)  # their last reports counted before the final snapshots
+            self._await_drain(timeout_s)
             if self._windows and not self._checked:
                 self._check_error = None
                 self.check(timeout_s)  # the final snapshots need the audit topic
@@ -627,6 +636,8 @@ class AuditedProducer:
                 pending.producer.close()
             _close_client(self._audit_producer)
             _close_client(self._producer)
+            if self._backlog is not None:
+                self._backlog.close()
 
     # ------------------------------------------------------------------ delivery reports and stats
     def _bind_reports(self, w: list[Any]) -> None:
@@ -789,9 +800,14 @@ class AuditedProducer:
             self._next_tick_ms = min(self._next_snapshot_ms, self._next_reconfigure_ms)
             return
         held = len(self)
+        sockets: list[TcpSocket] | None = None  # the socket table, read once per tick when needed
         for (topic, start), w in list(self._windows.items()):
             end = start + self._window_ms
             settled = self._settled(w, now, held)
+            if settled and self._backlog is not None and not close_all:
+                if sockets is None:
+                    sockets = self._sockets()
+                settled = self._drained((topic, start), w, now, sockets)
             closing = close_all or (now >= end + self.settings.grace_ms and settled)
             if not (w[_DIRTY] or closing):
                 continue
@@ -802,6 +818,7 @@ class AuditedProducer:
             w[_DIRTY] = 0
             if closing:
                 del self._windows[(topic, start)]
+                self._drain.pop((topic, start), None)
                 if self._hot_w is w:
                     self._drop_hot(now)
         if len(self._history) > 1:
@@ -811,6 +828,74 @@ class AuditedProducer:
         self._leaders.forget_before(oldest_start)
         self._network_history.forget_before(oldest_start)
         self._audit_producer.poll(0)
+
+    def _in_flight_bytes(self, key: tuple[str, int]) -> int | None:
+        """Return a window's ``in_flight_bytes`` (None: this producer does not watch its connections)."""
+        if self._backlog is None:
+            return None
+        entry = self._drain.get(key)
+        return 0 if entry is None else entry[2]
+
+    def _sockets(self) -> list[TcpSocket]:
+        """Return the namespace's TCP sockets; on a netlink error stop watching them (logged)."""
+        assert self._backlog is not None
+        try:
+            return self._backlog.sockets()
+        except OSError as exc:
+            log.warning("reading the TCP socket table failed (%s): final snapshots stop waiting for TCP", exc)
+            self._backlog.close()
+            self._backlog = None
+            self._drain.clear()
+            return []
+
+    def _drained(self, key: tuple[str, int], w: list[Any], now: int, sockets: list[TcpSocket]) -> bool:
+        """Return True once a settled window's bytes have reached the brokers (or the wait is over).
+
+        The first call marks every byte the process has written (:mod:`audit_producer.tcp_backlog`):
+        the window's messages all have delivery reports, so each was written before, or never will be.
+        A window whose bytes are not all acknowledged yet is marked dirty (and again whenever that
+        number changes), so a snapshot with its ``in_flight_bytes`` goes out at this tick.
+        """
+        backlog = self._backlog
+        if backlog is None:
+            return True
+        entry = self._drain.get(key)
+        if entry is None:
+            mark = backlog.mark_in(sockets)
+            entry = (mark, now, outstanding_of(mark, sockets))
+            if entry[2]:
+                w[_DIRTY] = 1
+        else:
+            left = outstanding_of(entry[0], sockets)
+            if left != entry[2]:
+                w[_DIRTY] = 1
+            entry = (entry[0], entry[1], left)
+        self._drain[key] = entry
+        if entry[2] and now - entry[1] >= self.settings.tcp_drain_wait_ms:
+            log.warning(
+                "window %s of %s: %d bytes still unacknowledged by TCP after %d ms; final snapshot sent",
+                key[1],
+                key[0],
+                entry[2],
+                now - entry[1],
+            )
+            return True
+        return entry[2] == 0
+
+    def _await_drain(self, timeout_s: float) -> None:
+        """Wait until every byte written so far is acknowledged by TCP, at most ``timeout_s`` (close)."""
+        if self._backlog is None or not self._windows:
+            return
+        sockets = self._sockets()
+        if self._backlog is None:
+            return
+        mark = self._backlog.mark_in(sockets)
+        deadline = now_ms() + int(1000 * min(timeout_s, self.settings.tcp_drain_wait_ms / 1000))
+        while mark and outstanding_of(mark, sockets) and now_ms() < deadline:
+            threading.Event().wait(0.05)
+            sockets = self._sockets()
+        for key in self._windows:
+            self._drain[key] = (mark, 0, outstanding_of(mark, sockets))
 
     def _emit(self, topic: str, start: int, end: int, w: list[Any], final: bool) -> None:
         """Send the snapshot of one window, and one per extra configuration the window ran with.
@@ -843,6 +928,7 @@ class AuditedProducer:
                 acknowledged=min(w[_ACKED], w[_SENT] - w[_FAILED]),
                 failed=w[_FAILED],
                 bytes=w[_BYTES],
+                in_flight_bytes=self._in_flight_bytes((topic, start)),
                 first_sequence=w[_FIRST_SEQ],
                 last_sequence=w[_LAST_SEQ],
                 producer_config=configs[0],

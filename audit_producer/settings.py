@@ -9,6 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from audit_record import DEFAULT_AUDIT_TOPIC, DEFAULT_DLQ_TOPIC, DEFAULT_WINDOW_MS
 from audit_record.control_record import DEFAULT_CONTROL_TOPIC
+from audit_record.finality import DEFAULT_TCP_DRAIN_WAIT_MS
 
 
 class ProducerAuditSettings(BaseSettings):
@@ -38,6 +39,11 @@ class ProducerAuditSettings(BaseSettings):
             delivery reports are broker-side rejections (an invalid or unsupported configuration) and
             none of its messages has been delivered, messages.
         autotune_probation_ms: After this long a new configuration without a verdict is kept, ms.
+        tcp_drain_wait_ms: Once every message of a window has a delivery report, the final snapshot
+            waits until the process's TCP connections have delivered every byte written until then
+            (:mod:`audit_producer.tcp_backlog`; acks=0 reports a message at the socket write), at most
+            this long, ms; 0: it does not wait, and snapshots report ``in_flight_bytes`` null
+            (docs/DESIGN.md, invariant 8).
     """
 
     model_config = SettingsConfigDict(env_prefix="KAFKA_AUDIT_PRODUCER_", frozen=True)
@@ -55,3 +61,4 @@ class ProducerAuditSettings(BaseSettings):
     autotune_connect_timeout_ms: int = Field(10_000, gt=0)
     autotune_probation_reports: int = Field(5, ge=1)
     autotune_probation_ms: int = Field(60_000, gt=0)
+    tcp_drain_wait_ms: int = Field(DEFAULT_TCP_DRAIN_WAIT_MS, ge=0)

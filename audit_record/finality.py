@@ -26,6 +26,16 @@ DEFAULT_MAX_FINAL_WAIT_MS = 310_000
 """Upper bound of the adaptive wait, ms: librdkafka's default ``message.timeout.ms`` (300 s) + 10 s."""
 
 
+DEFAULT_TCP_DRAIN_WAIT_MS = 60_000
+"""How long a producer's final snapshot waits for its TCP connections to deliver what they hold, ms."""
+
+DEFAULT_PRODUCER_FINAL_WAIT_MS = 75_000
+"""How long after its wait a window stays open at the audit consumer for a producer that watches its TCP
+connections (``in_flight_bytes`` not null) and has not sent its final snapshot, ms: the TCP drain wait
+(60 s) + the producer's grace (10 s) + its snapshot interval (5 s). Below the job's
+``tier_final_wait_ms`` (120 s), so the job still gets the audit consumer's final snapshot."""
+
+
 @dataclass(frozen=True)
 class Finality:
     """The finality rule of one component.

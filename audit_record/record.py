@@ -203,6 +203,7 @@ class AuditRecord:
     stale: int = 0
     unaudited: int = 0
     bytes: int = 0
+    in_flight_bytes: int | None = None
     latency_p50_ms: float | None = None
     latency_p99_ms: float | None = None
     latency_max_ms: float | None = None
@@ -255,6 +256,8 @@ class AuditRecord:
                 "inconsistent_counts",
                 f"acknowledged+failed={self.acknowledged + self.failed} > sent={self.sent}",
             )
+        if self.in_flight_bytes is not None and self.in_flight_bytes < 0:
+            raise MalformedRecordError("negative_count", f"in_flight_bytes={self.in_flight_bytes}")
         if any(p.acknowledged < 0 or p.failed < 0 for p in self.partitions):
             raise MalformedRecordError("negative_count", "a partition's acknowledged or failed < 0")
         if self.unique > self.received or self.duplicated > self.received:

@@ -194,3 +194,41 @@ def test_a_result_written_with_schema_v3_decodes_with_no_final_wait():
         )["final_wait_ms"]
         == 75_000
     )
+
+
+def test_a_window_waits_for_the_final_snapshot_of_a_producer_that_watches_tcp():
+    """A watching producer (in_flight_bytes not null) holds its windows until its final snapshot is read."""
+    t = ProducerTimeouts(
+        {"bootstrap.servers": "127.0.0.1:9"},
+        "a",
+        10_000,
+        Finality(10_000, 5_000, 310_000),
+        "g",
+        producer_final_wait_ms=75_000,
+    )
+    t.covered_from_ms = 0
+    t.ready.set()
+    t.observe("orders", "p1", 100_000, 3_000)
+    assert t.wait_ms("orders", 100_000) == 8_000  # message.timeout.ms + margin
+    t.observe_final("orders", "p1", 100_000, final=False, at_ms=111_000)
+    t.observe_final("orders", "p2", 100_000, final=False, at_ms=111_000)
+    assert t.wait_ms("orders", 100_000) == 8_000 + 75_000  # held, at most this long past the bound
+    assert t.wait_ms("orders", 110_000) == 8_000  # other windows are not held
+    t.observe_final("orders", "p1", 100_000, final=True, at_ms=130_000)
+    assert t.wait_ms("orders", 100_000) == 83_000  # p2 still has not sent its final snapshot
+    t.observe_final("orders", "p2", 100_000, final=True, at_ms=140_000)
+    assert t.wait_ms("orders", 100_000) == 140_000 + 2_000 - 110_000  # read, then the data fetch settles
+    t.observe_final("orders", "p1", 120_000, final=True, at_ms=131_000)  # closed early: the bound rules
+    assert t.wait_ms("orders", 120_000) == 8_000
+    t._prune(10_000_000)
+    assert t.wait_ms("orders", 100_000) == 0
+
+
+def test_a_consumer_that_does_not_wait_for_producers_ignores_their_tcp_state():
+    t = ProducerTimeouts(
+        {"bootstrap.servers": "127.0.0.1:9"}, "a", 10_000, Finality(10_000), "g", producer_final_wait_ms=0
+    )
+    t.covered_from_ms = 0
+    t.ready.set()
+    t.observe_final("orders", "p1", 100_000, final=False, at_ms=111_000)
+    assert t.wait_ms("orders", 100_000) == 0

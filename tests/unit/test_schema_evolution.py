@@ -227,3 +227,10 @@ def test_window_estimates_d_l_m_from_producer_snapshots():
     [row] = reconcile("orders", 60_000, 120_000, [old, cluster], ["a"], FINAL)
     assert (row["packet_loss_pct_est"], row["message_size_bytes"], row["delay_ms_est"]) == (None, None, 0.75)
     assert {k: row[k] for k in window_result.CONFIG_FIELDS} == p1["config"]
+
+
+def test_records_written_before_in_flight_bytes_decode_with_none():
+    old = _record(in_flight_bytes=None).to_avro()
+    del old["in_flight_bytes"]
+    assert decode(_single_object("audit_record.v4", old)).in_flight_bytes is None
+    assert decode(encode(_record(in_flight_bytes=12))).in_flight_bytes == 12
