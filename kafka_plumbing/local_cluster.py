@@ -59,6 +59,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(count: int) -> list[int]:
+    """Return ``count`` distinct TCP ports on 127.0.0.1 that are free right now.
+
+    All are held open until each is known: one :func:`free_port` after another can return the same
+    port twice (the OS hands out a port just released), and a node whose listener and controller got
+    one port fails to format ("two listeners on the same port", seen once in ``make test``).
+    """
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind((HOST, 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def _port_is_free(port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -186,14 +203,15 @@ class KafkaCluster:
             if set(',[]="') & set(name + password.get_secret_value()):
                 raise ClusterError(f'SCRAM user {name!r}: name and password must not contain any of ,[]="')
         nodes = []
+        ports = iter(free_ports(4 * brokers) if base_port is None else ())
         for i in range(brokers):
             if base_port is None:
-                nodes.append(Node(i + 1, free_port(), free_port()))
+                nodes.append(Node(i + 1, next(ports), next(ports)))
             else:
                 nodes.append(Node(i + 1, base_port + 2 * i, base_port + 2 * i + 1))
             if sasl_ssl is not None:
-                nodes[-1].sasl_ssl_port = free_port() if base_port is None else base_port + 2 * brokers + i
-            nodes[-1].metrics_port = free_port() if base_port is None else base_port + 3 * brokers + i
+                nodes[-1].sasl_ssl_port = next(ports) if base_port is None else base_port + 2 * brokers + i
+            nodes[-1].metrics_port = next(ports) if base_port is None else base_port + 3 * brokers + i
         cid = "-"
         while cid.startswith("-"):  # as Kafka's Uuid.randomUuid(): never start with '-' (reads as an option)
             cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
