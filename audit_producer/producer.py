@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from struct import Struct
@@ -800,14 +801,14 @@ class AuditedProducer:
             self._next_tick_ms = min(self._next_snapshot_ms, self._next_reconfigure_ms)
             return
         held = len(self)
-        sockets: list[TcpSocket] | None = None  # the socket table, read once per tick when needed
+        view: tuple[list[TcpSocket], Mark] | None = None  # the socket table and its mark, once per tick
         for (topic, start), w in list(self._windows.items()):
             end = start + self._window_ms
             settled = self._settled(w, now, held)
             if settled and self._backlog is not None and not close_all:
-                if sockets is None:
-                    sockets = self._sockets()
-                settled = self._drained((topic, start), w, now, sockets)
+                if view is None:
+                    view = self._tcp_view()
+                settled = self._drained((topic, start), w, now, *view)
             closing = close_all or (now >= end + self.settings.grace_ms and settled)
             if not (w[_DIRTY] or closing):
                 continue
@@ -848,20 +849,26 @@ class AuditedProducer:
             self._drain.clear()
             return []
 
-    def _drained(self, key: tuple[str, int], w: list[Any], now: int, sockets: list[TcpSocket]) -> bool:
+    def _tcp_view(self) -> tuple[list[TcpSocket], Mark]:
+        """Return the TCP sockets (:meth:`_sockets`) and the mark of every byte the process wrote to them."""
+        sockets = self._sockets()
+        return sockets, ({} if self._backlog is None else self._backlog.mark_in(sockets))
+
+    def _drained(
+        self, key: tuple[str, int], w: list[Any], now: int, sockets: list[TcpSocket], mark: Mark
+    ) -> bool:
         """Return True once a settled window's bytes have reached the brokers (or the wait is over).
 
-        The first call marks every byte the process has written (:mod:`audit_producer.tcp_backlog`):
-        the window's messages all have delivery reports, so each was written before, or never will be.
+        The first call keeps ``mark``, every byte the process has written by now
+        (:mod:`audit_producer.tcp_backlog`; :meth:`_tcp_view` reads it once per tick): the window's
+        messages all have delivery reports, so each was written before, or never will be.
         A window whose bytes are not all acknowledged yet is marked dirty (and again whenever that
         number changes), so a snapshot with its ``in_flight_bytes`` goes out at this tick.
         """
-        backlog = self._backlog
-        if backlog is None:
+        if self._backlog is None:
             return True
         entry = self._drain.get(key)
         if entry is None:
-            mark = backlog.mark_in(sockets)
             entry = (mark, now, outstanding_of(mark, sockets))
             if entry[2]:
                 w[_DIRTY] = 1
@@ -886,16 +893,16 @@ class AuditedProducer:
         """Wait until every byte written so far is acknowledged by TCP, at most ``timeout_s`` (close)."""
         if self._backlog is None or not self._windows:
             return
-        sockets = self._sockets()
+        sockets, mark = self._tcp_view()
         if self._backlog is None:
             return
-        mark = self._backlog.mark_in(sockets)
-        deadline = now_ms() + int(1000 * min(timeout_s, self.settings.tcp_drain_wait_ms / 1000))
-        while mark and outstanding_of(mark, sockets) and now_ms() < deadline:
-            threading.Event().wait(0.05)
-            sockets = self._sockets()
+        deadline = now_ms() + min(int(1000 * timeout_s), self.settings.tcp_drain_wait_ms)
+        left = outstanding_of(mark, sockets)
+        while left and now_ms() < deadline:
+            time.sleep(0.05)
+            left = outstanding_of(mark, self._sockets())
         for key in self._windows:
-            self._drain[key] = (mark, 0, outstanding_of(mark, sockets))
+            self._drain[key] = (mark, 0, left)
 
     def _emit(self, topic: str, start: int, end: int, w: list[Any], final: bool) -> None:
         """Send the snapshot of one window, and one per extra configuration the window ran with.

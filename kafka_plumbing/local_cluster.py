@@ -54,9 +54,7 @@ class PortInUseError(ClusterError):
 
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that is free right now (the OS picks it)."""
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
 
 
 def free_ports(count: int) -> list[int]:
