@@ -210,6 +210,7 @@ def run_load(
     on_reconfigure: Callable[[dict[str, Any]], None] | None = None,
     follow_producers: bool = True,
     producers: int = 1,
+    start_at: float | None = None,
 ) -> LoadResult:
     """Offer audited load until ``count`` messages or ``duration_s`` seconds, whichever comes first.
 
@@ -237,6 +238,10 @@ def run_load(
             round-robin to that many producers (see the module docstring); the offered load is the same.
         producers: Audited producers the load starts with, N_p >= 1 (the application's own scale-out,
             paper Sec. IV-C); a ``producers`` hint replaces it while the hint stands.
+        start_at: Wall-clock time (s since the Unix epoch) at which the load's clock starts; the
+            producers are created and checked before it and wait, serving their callbacks. For loads
+            that must begin on a schedule (a testbed stage: a running application does not restart when
+            the network changes). None: at once.
 
     Raises:
         ValueError: if neither ``duration_s`` nor ``count`` is given.
@@ -269,6 +274,9 @@ def run_load(
         return ((hints or {}).get("producers") if follow_producers else None) or producers
 
     group.scale(wanted(producer.hints))
+    while start_at is not None and time.time() < start_at and not (stop is not None and stop.is_set()):
+        group.poll()
+        time.sleep(min(0.05, max(0.0, start_at - time.time())))
     values = itertools.cycle(pool)
     offered = handed = lost = 0
     t0 = time.monotonic()

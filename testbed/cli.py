@@ -247,6 +247,14 @@ def run(
         float | None,
         typer.Option(help="Polling interval of every stage's load, ms (rate = 1/delta; default: scenario's)"),
     ] = None,
+    warmup_seconds: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Unaudited load with the first stage's configuration and rate to a separate topic before "
+            "the first stage, s: a fresh cluster appends slowly until its JVMs are warm (0 = none).",
+        ),
+    ] = 30.0,
 ) -> None:
     """Run a scenario: impaired audited producers, audit consumer, Spark job; compare with the verifier."""
     import shutil
@@ -293,6 +301,7 @@ def run(
                 log=console.log,
                 lifecycle=lifecycle,
                 control=control,
+                warmup_s=warmup_seconds,
             )
     except KeyboardInterrupt:
         err_console.print("interrupted; the namespaces and the cluster were removed")

@@ -38,6 +38,9 @@ class ProducerRun(BaseModel):
         follow_hints: Follow the polling-interval hint (changes the offered load; off for comparisons).
         producers: Audited producers the load is handed to round-robin, N_p (a ``producers`` hint of an
             autotuned group replaces it while it stands).
+        start_at: Wall-clock time (s since the Unix epoch) at which the load starts; the process starts,
+            creates and checks its producer before it and waits (a testbed stage begins on time, with a
+            producer that is already up). None: as soon as the producer is checked.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -57,6 +60,7 @@ class ProducerRun(BaseModel):
     group: str | None = None
     follow_hints: bool = False
     producers: int = Field(1, ge=1)
+    start_at: float | None = None
 
     @property
     def rate(self) -> float:
@@ -99,6 +103,7 @@ def run(spec: ProducerRun) -> dict[str, Any]:
         stop=stop,
         follow_hints=spec.follow_hints,
         producers=spec.producers,
+        start_at=spec.start_at,
     )
     return {
         "produced": result.produced,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -209,6 +210,7 @@ def run_scenario(
     final_timeout_s: float = 300.0,
     lifecycle: ModelLifecycle | None = None,
     control: str = "off",
+    warmup_s: float = 0.0,
 ) -> ScenarioResult:
     """Run ``scenario`` in ``lab`` and compare the audit pipeline with the verifier.
 
@@ -225,6 +227,10 @@ def run_scenario(
         control: The job's control loop (``off``, ``advise``, ``apply``; ``control_loop``): in ``apply``
             the stage producers are autotuned (group ``testbed-<scenario>``) and follow its changes; the
             offered load stays the scenario's (hints on the polling interval are not followed).
+        warmup_s: Seconds of unaudited load with the first stage's configuration and offered rate,
+            from the root namespace (not through the impaired link), to a separate topic, before the
+            first stage (:mod:`testbed.warmup`: a fresh cluster's brokers append slowly until their JVMs
+            have compiled the produce path); 0 = none.
 
     Raises:
         ConfigError: for an unknown variant.
@@ -262,7 +268,8 @@ def run_scenario(
         serving = job.live_model.serving.version if job.live_model.serving else "-"
         log(f"Spark reconciliation job running (model {serving}, control {control})")
     try:
-        outcomes = _run_stages(scenario, lab, topic, variant, log, autotune=control == "apply")
+        autotune = control == "apply"
+        outcomes = _run_stages(scenario, lab, topic, variant, log, autotune=autotune, warmup_s=warmup_s)
         log("load done; waiting for the verifier's ground truth")
         truth = lab.truth(topic, scenario.window_ms, [o for o, _, _ in outcomes], timeout_s=final_timeout_s)
         for (o, stage_name, config), stage in zip(outcomes, scenario.stages, strict=True):
@@ -408,6 +415,32 @@ def control_group(scenario: Scenario) -> str:
     return f"testbed-{scenario.name}"
 
 
+def _warm_up(scenario: Scenario, lab: Lab, variant: str, seconds: float, log: Callable[[str], None]) -> None:
+    from testbed.warmup import warm_up
+
+    first = scenario.stages[0]
+    wl = scenario.stage_workload(first)
+    rate = 1000.0 / wl.poll_interval_ms if wl.poll_interval_ms > 0 else 0.0
+    done = warm_up(
+        lab.kconfig,
+        lab.topic(f"{scenario.topic}.warmup"),
+        scenario.stage_config(first, variant),
+        rate=rate,
+        seconds=seconds,
+        message_bytes=wl.message_bytes or 200,
+        flush_timeout_s=min(5.0, PREPARE_S / 2),  # the prepared producers start PREPARE_S after the load
+    )
+    log(
+        f"warm-up: {done.offered} messages in {done.seconds:.0f} s to {scenario.topic}.warmup "
+        f"({done.delivered} delivered, {done.failed} failed; unaudited)"
+    )
+
+
+PREPARE_S = 10.0
+"""Lead time of the prepared stage producers, s: every stage's producer process starts before the first
+stage, creates and checks its producer and waits for its stage's start (``ProducerRun.start_at``)."""
+
+
 def _run_stages(
     scenario: Scenario,
     lab: Lab,
@@ -415,13 +448,30 @@ def _run_stages(
     variant: str,
     log: Callable[[str], None],
     autotune: bool = False,
+    warmup_s: float = 0.0,
 ) -> list[tuple[ProducerOutcome, str, dict[str, Any]]]:
-    procs = []
+    """Run the stages; return each stage's producer outcome, name and configuration.
+
+    Each stage has its own producer (its own producer id: the per-stage totals). Without the control
+    loop, every stage's producer process is started before the first stage and begins its load at the
+    stage's start (``start_at``), so a stage begins on time with a producer that is up, as a running
+    application meets a change of the network; the network changes at that moment. Before, each
+    stage's process started when its stage began, and its start-up (imports, metadata, connections
+    through the new network) fell into the stage's first window. The first stage starts on an audit
+    window boundary, so when the stages last whole windows (the shipped scenarios' 15 s do not; their
+    ``--stage-seconds`` 30, 90, 150 do), every window lies within one stage's network. With the control
+    loop (``autotune``) each producer starts with its stage (an idle producer of a later stage would join
+    the control group early).
+    """
+    prepared = not autotune
+    start = time.time() + (PREPARE_S + warmup_s if prepared else 0.0)
+    if prepared:  # on a window boundary: with stages a whole number of windows long, no window spans two
+        window_s = scenario.window_ms / 1000
+        start = math.ceil(start / window_s) * window_s
+    runs: list[tuple[Any, dict[str, Any], ProducerRun]] = []
     for i, stage in enumerate(scenario.stages):
-        lab.apply(stage.network)  # the previous stage's producer may still be flushing: traffic flows
         config = scenario.stage_config(stage, variant)
         wl = scenario.stage_workload(stage)
-        log(f"stage {i + 1}/{len(scenario.stages)} {stage.name!r}: {stage.network.describe()}; {config}")
         run = ProducerRun(
             bootstrap_servers=lab.bootstrap_servers,
             topic=topic,
@@ -436,8 +486,19 @@ def _run_stages(
             seed=i,
             autotune=autotune,
             group=control_group(scenario) if autotune else None,
+            start_at=start if prepared else None,
         )
-        proc = lab.start_producer(run)
-        procs.append((proc, stage.name, config))
-        time.sleep(stage.duration_s)  # the stage's wall-clock length: the producer sends for this long
-    return [(Lab.finish_producer(p), name, cfg) for p, name, cfg in procs]
+        runs.append((stage, config, run))
+        start += stage.duration_s
+    procs = [lab.start_producer(run) for _, _, run in runs] if prepared else []
+    if warmup_s > 0:
+        _warm_up(scenario, lab, variant, warmup_s, log)
+    for i, (stage, config, run) in enumerate(runs):
+        if run.start_at is not None:
+            time.sleep(max(0.0, run.start_at - time.time()))
+        lab.apply(stage.network)  # the previous stage's producer may still be flushing: traffic flows
+        log(f"stage {i + 1}/{len(scenario.stages)} {stage.name!r}: {stage.network.describe()}; {config}")
+        if not prepared:
+            procs.append(lab.start_producer(run))
+            time.sleep(stage.duration_s)  # the stage's wall-clock length: the producer sends for this long
+    return [(Lab.finish_producer(p), stage.name, cfg) for p, (stage, cfg, _) in zip(procs, runs, strict=True)]
