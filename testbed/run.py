@@ -30,7 +30,7 @@ from typing import Any
 from kafka_plumbing.errors import ConfigError, KafkaAuditError
 from testbed.lab import Lab, ProducerOutcome
 from testbed.producer_process import ProducerRun
-from testbed.scenario import Scenario
+from testbed.scenario import Scenario, Stage
 from testbed.verify import totals_by_window
 
 CLUSTER = "testbed"
@@ -468,7 +468,7 @@ def _run_stages(
     if prepared:  # on a window boundary: with stages a whole number of windows long, no window spans two
         window_s = scenario.window_ms / 1000
         start = math.ceil(start / window_s) * window_s
-    runs: list[tuple[Any, dict[str, Any], ProducerRun]] = []
+    runs: list[tuple[Stage, dict[str, Any], ProducerRun]] = []
     for i, stage in enumerate(scenario.stages):
         config = scenario.stage_config(stage, variant)
         wl = scenario.stage_workload(stage)

@@ -189,3 +189,10 @@ def test_scenario_overrides_name_the_bad_value():
 
     with pytest.raises(ConfigError, match="stage_seconds=0"):
         load_scenario("shift").with_overrides(stage_seconds=0)
+
+
+def test_a_warm_up_needs_a_positive_length():
+    from testbed.warmup import warm_up
+
+    with pytest.raises(ValueError, match="seconds=0"):
+        warm_up({"bootstrap.servers": "127.0.0.1:1"}, "t", {}, rate=100, seconds=0)
