@@ -490,6 +490,8 @@ def _run_stages(
         )
         runs.append((stage, config, run))
         start += stage.duration_s
+    if prepared:  # they connect and wait in the first stage's network, as an application that runs in it
+        lab.apply(runs[0][0].network)
     procs = [lab.start_producer(run) for _, _, run in runs] if prepared else []
     if warmup_s > 0:
         _warm_up(scenario, lab, variant, warmup_s, log)
