@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka_plumbing.errors import ConfigError, KafkaAuditError
-from testbed.lab import Lab, ProducerOutcome
+from testbed.lab import Lab, ProducerOutcome, stop_quietly
 from testbed.producer_process import ProducerRun
 from testbed.scenario import Scenario, Stage
 from testbed.verify import totals_by_window
@@ -493,14 +493,19 @@ def _run_stages(
     if prepared:  # they connect and wait in the first stage's network, as an application that runs in it
         lab.apply(runs[0][0].network)
     procs = [lab.start_producer(run) for _, _, run in runs] if prepared else []
-    if warmup_s > 0:
-        _warm_up(scenario, lab, variant, warmup_s, log)
-    for i, (stage, config, run) in enumerate(runs):
-        if run.start_at is not None:
-            time.sleep(max(0.0, run.start_at - time.time()))
-        lab.apply(stage.network)  # the previous stage's producer may still be flushing: traffic flows
-        log(f"stage {i + 1}/{len(scenario.stages)} {stage.name!r}: {stage.network.describe()}; {config}")
-        if not prepared:
-            procs.append(lab.start_producer(run))
-            time.sleep(stage.duration_s)  # the stage's wall-clock length: the producer sends for this long
+    try:
+        if warmup_s > 0:
+            _warm_up(scenario, lab, variant, warmup_s, log)
+        for i, (stage, config, run) in enumerate(runs):
+            if run.start_at is not None:
+                time.sleep(max(0.0, run.start_at - time.time()))
+            lab.apply(stage.network)  # the previous stage's producer may still be flushing: traffic flows
+            log(f"stage {i + 1}/{len(scenario.stages)} {stage.name!r}: {stage.network.describe()}; {config}")
+            if not prepared:
+                procs.append(lab.start_producer(run))
+                time.sleep(stage.duration_s)  # the stage's wall-clock length: the producer sends this long
+    except BaseException:  # Ctrl-C or a failed warm-up: the waiting producers of later stages too
+        for p in procs:
+            stop_quietly(p)
+        raise
     return [(Lab.finish_producer(p), stage.name, cfg) for p, (stage, cfg, _) in zip(procs, runs, strict=True)]
