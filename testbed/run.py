@@ -415,30 +415,29 @@ def control_group(scenario: Scenario) -> str:
     return f"testbed-{scenario.name}"
 
 
-def _warm_up(scenario: Scenario, lab: Lab, variant: str, seconds: float, log: Callable[[str], None]) -> None:
-    from testbed.warmup import warm_up
-
-    first = scenario.stages[0]
-    wl = scenario.stage_workload(first)
-    rate = 1000.0 / wl.poll_interval_ms if wl.poll_interval_ms > 0 else 0.0
-    done = warm_up(
-        lab.kconfig,
-        lab.topic(f"{scenario.topic}.warmup"),
-        scenario.stage_config(first, variant),
-        rate=rate,
-        seconds=seconds,
-        message_bytes=wl.message_bytes or 200,
-        flush_timeout_s=min(5.0, PREPARE_S / 2),  # the prepared producers start PREPARE_S after the load
-    )
-    log(
-        f"warm-up: {done.offered} messages in {done.seconds:.0f} s to {scenario.topic}.warmup "
-        f"({done.delivered} delivered, {done.failed} failed; unaudited)"
-    )
-
-
 PREPARE_S = 10.0
 """Lead time of the prepared stage producers, s: every stage's producer process starts before the first
 stage, creates and checks its producer and waits for its stage's start (``ProducerRun.start_at``)."""
+
+
+def _warm_up(lab: Lab, first: ProducerRun, seconds: float, log: Callable[[str], None]) -> None:
+    """Offer ``seconds`` s of unaudited load like the first stage's producer ``first`` (testbed.warmup)."""
+    from testbed.warmup import warm_up
+
+    topic = lab.topic(f"{first.topic}.warmup")
+    done = warm_up(
+        lab.kconfig,
+        topic,
+        first.config,
+        rate=first.rate,
+        seconds=seconds,
+        message_bytes=first.message_bytes or 200,
+        flush_timeout_s=min(5.0, PREPARE_S / 2),  # the prepared producers start PREPARE_S after the load
+    )
+    log(
+        f"warm-up: {done.offered} messages in {done.seconds:.0f} s to {topic} "
+        f"({done.delivered} delivered, {done.failed} failed; unaudited)"
+    )
 
 
 def _run_stages(
@@ -495,7 +494,7 @@ def _run_stages(
     procs = [lab.start_producer(run) for _, _, run in runs] if prepared else []
     try:
         if warmup_s > 0:
-            _warm_up(scenario, lab, variant, warmup_s, log)
+            _warm_up(lab, runs[0][2], warmup_s, log)
         for i, (stage, config, run) in enumerate(runs):
             if run.start_at is not None:
                 time.sleep(max(0.0, run.start_at - time.time()))
