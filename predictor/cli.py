@@ -368,7 +368,13 @@ def _decision_table(decision: Any, card: Mapping[str, Any]) -> Table:
             f"MAE P_l, local test ({n['n_local_test']} newest windows)",
             f"{n['mae_local_champion']:.4f}",
             f"{n['mae_local_challenger']:.4f}",
-            f"(a) < champion - {n['margin']:g}",
+            f"(a) < champion - {n['margin']:g}"
+            + (
+                ""
+                if "mae_local_baseline" not in n
+                else f"; < constant ({n['mae_local_baseline']:.4f}) - {n['margin']:g} "
+                f"or <= {n.get('calibrated_mae', 0.05):g}"
+            ),
             "(a)",
         ),
         (
@@ -440,6 +446,15 @@ def retrain_cmd(
         float,
         typer.Option(help="(b): paper held-back MAE(P_l) may rise by at most this (fraction).", min=0.0),
     ] = 0.003,
+    calibrated_mae: Annotated[
+        float,
+        typer.Option(
+            help="(a): a local MAE(P_l) at most this need not beat the constant (fraction; the job passes "
+            "its calibration_max_mae).",
+            min=0.0,
+            max=1.0,
+        ),
+    ] = 0.05,
     as_json: AsJson = False,
 ) -> None:
     """Fine-tune the model on the deployment's own audited windows; promote it only if it is better.
@@ -447,8 +462,8 @@ def retrain_cmd(
     Warm start from the champion; base data (--data, default the paper's experiments.csv) plus the
     local windows, the local ones weighted up (docs/DESIGN.md, "Learning the deployment"); the 90%
     interval recalibrated on recent local windows. The challenger wins only if (a) its MAE(P_l) on the
-    newest 20% of the local windows beats the champion's, and a constant's (the median R_l), by
-    --margin, (b) its MAE on the paper's
+    newest 20% of the local windows beats the champion's by --margin, and a constant's (the median
+    R_l) by as much unless it is at most 0.05 (calibrated for the deployment), (b) its MAE on the paper's
     held-back split is within --tolerance of the champion's (and <= 0.02), and (c) its 90% interval
     covers 80-97% of those windows. Exit 0 whether promoted or rejected.
     """
@@ -475,6 +490,7 @@ def retrain_cmd(
                 base_model_dir=model_dir,
                 margin=margin,
                 tolerance=tolerance,
+                calibrated_mae=calibrated_mae,
                 seed=seed,
                 threads=threads,
                 min_windows=min_windows,
@@ -497,6 +513,7 @@ def retrain_cmd(
                 challenger_version=out.resolve().name,
                 margin=margin,
                 tolerance=tolerance,
+                calibrated_mae=calibrated_mae,
                 seed=seed,
                 threads=threads,
                 min_windows=min_windows,

@@ -301,6 +301,7 @@ class LiveModel:
             [*self._base_data(), *self.s.retrain_data],
             self.s.retrain_min_windows,
             self.s.model_dir,
+            calibrated_mae=self.s.calibration_max_mae,
         )
         try:
             started = self.process.start(cmd)

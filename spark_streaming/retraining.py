@@ -76,6 +76,7 @@ def retrain_command(
     base_data: Sequence[Path],
     min_windows: int,
     base_model_dir: Path | None = None,
+    calibrated_mae: float | None = None,
 ) -> list[str]:
     """Return the argument list of the background retraining (``python -m kafka_audit predictor retrain``).
 
@@ -85,6 +86,8 @@ def retrain_command(
         base_data: Base data CSVs (the paper's first, then testbed grids).
         min_windows: Fewest local windows to retrain on (``--min-windows``).
         base_model_dir: The job's pinned base model (``--model``; None: the shipped one).
+        calibrated_mae: The job's ``calibration_max_mae`` (``--calibrated-mae``, criterion (a) of the
+            promotion; None: the CLI's default 0.05).
     """
     cmd = [sys.executable, "-m", "kafka_audit", "predictor", "retrain"]
     cmd += ["--registry", str(registry_dir), "--from-results", str(training_dir)]
@@ -93,6 +96,8 @@ def retrain_command(
     cmd += ["--min-windows", str(min_windows)]
     if base_model_dir is not None:
         cmd += ["--model", str(base_model_dir)]
+    if calibrated_mae is not None:
+        cmd += ["--calibrated-mae", repr(float(calibrated_mae))]
     return cmd
 
 

@@ -107,7 +107,9 @@ def test_retrain_command_runs_the_cli_as_a_module(tmp_path):
     joined = " ".join(cmd)
     assert f"--registry {tmp_path / 'r'}" in joined and f"--from-results {tmp_path / 't'}" in joined
     assert f"--data {tmp_path / 'a.csv'}" in joined and "--min-windows 50" in joined
-    assert f"--model {tmp_path / 'm'}" in joined
+    assert f"--model {tmp_path / 'm'}" in joined and "--calibrated-mae" not in joined
+    tight = retrain_command(tmp_path / "r", tmp_path / "t", [], 50, calibrated_mae=0.02)
+    assert tight[-2:] == ["--calibrated-mae", "0.02"]
 
 
 def _wait_result(proc, timeout=20):
@@ -288,7 +290,7 @@ def test_decisions_reach_the_listeners_once_even_across_a_restart(tmp_path):
 def test_retraining_starts_when_due_and_is_killed_on_close(tmp_path, monkeypatch):
     s = _settings(tmp_path, retrain_every_windows=2, training_min_messages=1)
     monkeypatch.setattr(
-        live_module, "retrain_command", lambda *a: [sys.executable, "-c", "import time; time.sleep(60)"]
+        live_module, "retrain_command", lambda *a, **kw: [sys.executable, "-c", "import time; time.sleep(60)"]
     )
     live = _live(s)
     live._state["retrain"]["new_windows"] = 1

@@ -15,7 +15,7 @@ from kafka_audit.cli import app
 from kafka_plumbing.errors import ConfigError
 from predictor import SHARED_DATA
 from predictor.model import default_predictor
-from predictor.promotion import ALL_MET, Decision, decide, run_retraining, wilson_interval
+from predictor.promotion import ALL_MET, CALIBRATED_MAE, Decision, decide, run_retraining, wilson_interval
 from predictor.registry import SHIPPED_VERSION, ModelRegistry
 from predictor.retrain import (
     as_training_rows,
@@ -158,7 +158,17 @@ def test_decide_promotes_only_when_all_criteria_hold():
         return [r[:3] for r in d.reasons]
 
     assert reasons(mae_local=0.079) == ["(a)"]  # better, but not by the margin
-    assert reasons(baseline=0.016) == ["(a)"]  # no better than a constant
+    assert reasons(mae_local=0.060, baseline=0.061) == ["(a)"]  # no better than a constant
+    # ... unless calibrated for the deployment (MAE <= 0.05): where the newest windows lost nothing the
+    # constant 0 is nearly exact (testbed round 6: 0.028 against a constant's 0.003, champion 0.184)
+    lossless = decide(
+        _metrics(0.184, 0.0107, 0.9), _metrics(0.028, 0.0110, 1.0, 13), mae_local_baseline=0.003
+    )
+    assert lossless.promoted and lossless.numbers["calibrated_mae"] == CALIBRATED_MAE == 0.05
+    assert reasons(mae_local=0.051, baseline=0.003) == ["(a)"]
+    assert not decide(
+        champion, _metrics(0.015, 0.011, 0.9), mae_local_baseline=0.003, calibrated_mae=0.01
+    ).promoted
     assert reasons(mae_paper=0.0140) == ["(b)"]  # paper MAE rose by more than the tolerance
     # (c) on 40 test windows, judged with the 95% Wilson interval of the measured coverage
     assert reasons(coverage=0.60) == ["(c)"]  # 24 of 40: at most ~74%
