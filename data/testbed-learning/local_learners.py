@@ -1,6 +1,6 @@
 """Issue 13: the MAE(P_l) any learner of the model's features can reach on this testbed's windows.
 
-Reads the committed learning-experiment windows (rounds 1-5, ``training-windows.csv`` and
+Reads the committed learning-experiment windows (rounds 1-7, ``training-windows.csv`` and
 ``holdout-windows.csv``) and prints two tables:
 
 1. **Repeatability**: windows whose features (acks, ``batch.num.messages``, ``message.timeout.ms``,
@@ -8,10 +8,10 @@ Reads the committed learning-experiment windows (rounds 1-5, ``training-windows.
    For such a group the median of its R_l minimises the sum of absolute errors, so the MAE of the group
    medians is a lower bound on the MAE(P_l) that any deterministic function of these features can reach
    on those windows.
-2. **Local learners on the held-out runs** (the ``shift`` scenario of rounds 2 to 5):
+2. **Local learners on the held-out runs** (the ``shift`` scenario of rounds 2 to 7):
    k-nearest-neighbour medians and a logistic curve trained on the training windows (standardised
    features, log of D, B and T_o), beside a constant, the shipped model and the predictions the job served.
-3. **Stage oracle on the held-out runs** (rounds 3 to 5, which recorded their stages): each window
+3. **Stage oracle on the held-out runs** (rounds 3 to 7, which recorded their stages): each window
    predicted by the median R_l of the windows of its own stage in the same run. It knows the held-out
    labels, so it is no model; it bounds from below what any predictor can reach whose inputs are the
    same for every window of a stage (the configuration, the polling interval and the stage's network),
@@ -108,11 +108,24 @@ def logistic_mae(train: pd.DataFrame, test: pd.DataFrame, steps: int = 3000) -> 
     return float(np.abs(pred - test["p_loss"].to_numpy()).mean())
 
 
-ROUNDS = ("", "session13b", "session14-quiet", "session16-min-rtt", "session23-warm")
+ROUNDS = (
+    "",
+    "session13b",
+    "session14-quiet",
+    "session16-min-rtt",
+    "session23-warm",
+    "session24-p2",
+    "session24-gate",
+)
 """Round directories: round 1 (loaded host), round 2 (``session13b``, load 15-26), round 3 (quiet host),
 round 4 (quiet host; each window's own network, D from the smallest RTT), round 5 (``session23-warm``:
-as round 4, with the testbed's warm-up, prepared stage producers and stages on window boundaries)."""
-MIN_RTT_ROUNDS = ("session16-min-rtt", "session23-warm")
+as round 4, with the testbed's warm-up, prepared stage producers and stages on window boundaries),
+round 6 (``session24-p2``: as round 5, every run at 2 ms polling, 500 messages/s), round 7
+(``session24-gate``: round 6 again with criterion (a)'s calibrated exemption)."""
+EXTRA_HELDOUT = {"session23-warm/holdout-p2": "session23-warm"}
+"""Held-out runs in a subdirectory of a round (``holdout-windows.csv``, ``stages.json``) -> the round whose
+training windows the local learners use: round 5's ``shift`` runs repeated at 2 ms."""
+MIN_RTT_ROUNDS = ("session16-min-rtt", "session23-warm", "session24-p2", "session24-gate")
 """Rounds whose D is the window's smallest RTT; the others' D is the mean RTT / 2 of the newest sample.
 A held-out run of these rounds is compared with local learners trained on its own round's training
 runs; one of rounds 2-3 with learners trained on rounds 1-3."""
@@ -167,15 +180,16 @@ def main() -> None:
 
     every = pd.concat([_load("training-windows.csv", r) for r in ROUNDS], ignore_index=True)
     every = every[every["poll_interval_ms"] > 0]  # round 1 carried 0 (unknown polling interval)
-    for r in ROUNDS[1:]:
-        # rounds 4 and 5 (D = smallest RTT): their own training runs; rounds 2-3: every round before 4
+    for h in (*ROUNDS[1:], *EXTRA_HELDOUT):
+        # rounds 4 on (D = smallest RTT): their own training runs; rounds 2-3: every round before 4
+        r = EXTRA_HELDOUT.get(h, h)
         train = (
             every[every["round"] == r] if r in MIN_RTT_ROUNDS else every[~every["round"].isin(MIN_RTT_ROUNDS)]
         )
         rounds = f"round {ROUNDS.index(r) + 1}" if r in MIN_RTT_ROUNDS else "rounds 1-3"
-        held = _load("holdout-windows.csv", r)
+        held = _load("holdout-windows.csv", h)
         champion = str(held["model_version"].mode().iloc[0])
-        table = Table(title=f"Held-out run of round {r} (shift, {len(held)} windows): MAE(P_l), fractions")
+        table = Table(title=f"Held-out run of round {h} (shift, {len(held)} windows): MAE(P_l), fractions")
         table.add_column("predictor")
         table.add_column("MAE(P_l)", justify="right")
         truth = held["p_loss"].to_numpy()
@@ -203,7 +217,7 @@ def main() -> None:
     )
     for col in ("round", "held-out run", "windows", "MAE to stage median"):
         oracle.add_column(col, justify="right")
-    for r in ROUNDS:
+    for r in (*ROUNDS, *EXTRA_HELDOUT):
         if not (HERE / r / "stages.json").exists() or not r:
             continue
         for name, n, mae in stage_oracle(r):
