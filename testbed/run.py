@@ -88,6 +88,11 @@ class WindowComparison:
         gamma_actual: KPI gamma from R_l, R_d, if the job computed it.
         model_version: Version of the model that predicted ``p_loss`` (``shipped``, ``v0001``...).
         model_calibrated: Whether that model counted as calibrated for this deployment then.
+        packet_loss_pct_est: The window's L as the job estimated it (TCP retransmission ratio, percent).
+        delay_ms_est: The window's D as the job estimated it (smallest broker RTT, ms).
+        tx_retries: librdkafka request retries of the window's producers (``txretries``; cumulative since
+            each producer started, the newest sample), requests.
+        request_timeouts: librdkafka requests that timed out (``req_timeouts``; cumulative, the same way).
     """
 
     window_start_ms: int
@@ -101,6 +106,10 @@ class WindowComparison:
     gamma_actual: float | None = None
     model_version: str | None = None
     model_calibrated: bool | None = None
+    packet_loss_pct_est: float | None = None
+    delay_ms_est: float | None = None
+    tx_retries: int | None = None
+    request_timeouts: int | None = None
 
     @property
     def exact(self) -> bool:
@@ -321,6 +330,10 @@ def run_scenario(
                     row.get("gamma_actual"),
                     row.get("model_version"),
                     row.get("model_calibrated"),
+                    row.get("packet_loss_pct_est"),
+                    row.get("delay_ms_est"),
+                    row.get("tx_retries"),
+                    row.get("request_timeouts"),
                 )
             )
         if job is not None and lifecycle is not None and lifecycle.wait_for_retrain_s > 0:
