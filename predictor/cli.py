@@ -452,7 +452,6 @@ def retrain_cmd(
             help="(a): a local MAE(P_l) at most this need not beat the constant (fraction; the job passes "
             "its calibration_max_mae).",
             min=0.0,
-            max=1.0,
         ),
     ] = 0.05,
     as_json: AsJson = False,
