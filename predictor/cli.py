@@ -372,8 +372,8 @@ def _decision_table(decision: Any, card: Mapping[str, Any]) -> Table:
             + (
                 ""
                 if "mae_local_baseline" not in n
-                else f"; < constant ({n['mae_local_baseline']:.4f}) - {n['margin']:g} "
-                f"or <= {n.get('calibrated_mae', 0.05):g}"
+                else f"; < constant ({n['mae_local_baseline']:.4f}) - {n['margin']:g}"
+                + ("" if "calibrated_mae" not in n else f" or <= {n['calibrated_mae']:g}")
             ),
             "(a)",
         ),

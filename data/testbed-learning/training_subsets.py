@@ -21,12 +21,12 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
 from predictor import SHARED_DATA
+from predictor.evaluate import metrics
 from predictor.model import Predictor
 from predictor.retrain import as_training_rows, retrain
 
@@ -37,10 +37,8 @@ BASE = [SHARED_DATA, HERE.parent / "testbed-batch-pktloss.csv"]
 
 def score(model: Predictor, held: pd.DataFrame) -> tuple[float, float]:
     """Return (MAE of P_l, share of R_l inside the 90% interval) of ``model`` on ``held`` (fractions)."""
-    pred = model.predict(held)
-    y = held["p_loss"].to_numpy(dtype=float)
-    inside = (y >= pred["p_loss_lo"].to_numpy()) & (y <= pred["p_loss_hi"].to_numpy())
-    return float(np.abs(pred["p_loss"].to_numpy() - y).mean()), float(inside.mean())
+    m = metrics(model.predict(held), held)
+    return m["mae_p_loss"], m["coverage_90_p_loss"]
 
 
 def main() -> None:
