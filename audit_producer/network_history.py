@@ -72,6 +72,7 @@ class NetworkHistory:
         p99s = [s.rtt_p99_ms for s in mine if s.rtt_p99_ms is not None]
         mins = [s.rtt_min_ms for s in mine if s.rtt_min_ms is not None]
         losses = [s.tcp_retransmit_pct for s in mine if s.tcp_retransmit_pct is not None]
+        rtos = [s.tcp_timeout_pct for s in mine if s.tcp_timeout_pct is not None]
         last = mine[-1]
         return NetworkStats(
             rtt_avg_ms=fmean(rtts) if rtts else None,
@@ -81,4 +82,5 @@ class NetworkHistory:
             request_timeouts=last.request_timeouts,
             tx_errors=last.tx_errors,
             tcp_retransmit_pct=fmean(losses) if losses else None,
+            tcp_timeout_pct=fmean(rtos) if rtos else None,
         )

@@ -737,7 +737,7 @@ class AuditedProducer:
 
     def _on_stats(self, stats_json: str) -> None:
         self._leaders.observe(partition_leaders(stats_json), now_ms())
-        network = parse_statistics(stats_json, self._tcp.sample())
+        network = parse_statistics(stats_json, self._tcp.sample(), self._tcp.timeout_pct)
         retries, timeouts, errors = self._network_base  # cumulative across inner producers
         network.tx_retries += retries
         network.request_timeouts += timeouts

@@ -28,12 +28,24 @@ SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 _HEADER_LEN = 10
 WRITER_VERSIONS: dict[str, tuple[str, ...]] = {
     # v1: before NetworkStats.tcp_retransmit_pct; v2: before the per-partition delivery reports;
-    # v3: before NetworkStats.rtt_min_ms; v4: before in_flight_bytes
-    "audit_record": ("audit_record.v4", "audit_record.v3", "audit_record.v2", "audit_record.v1"),
+    # v3: before NetworkStats.rtt_min_ms; v4: before in_flight_bytes; v5: before NetworkStats.tcp_timeout_pct
+    "audit_record": (
+        "audit_record.v5",
+        "audit_record.v4",
+        "audit_record.v3",
+        "audit_record.v2",
+        "audit_record.v1",
+    ),
     # v1: before the live-comparison fields (P_l, P_d, gamma); v2: before the structured suggestion;
     # v3: before final_wait_ms (adaptive finality) and the tier fields (tier_rank ... tier_lag_ms);
-    # v4: before the per-partition breakdown (partitions: attribution)
-    "window_result": ("window_result.v4", "window_result.v3", "window_result.v2", "window_result.v1"),
+    # v4: before the per-partition breakdown (partitions: attribution); v5: before tcp_timeout_pct_est
+    "window_result": (
+        "window_result.v5",
+        "window_result.v4",
+        "window_result.v3",
+        "window_result.v2",
+        "window_result.v1",
+    ),
 }
 """Earlier versions of each schema (``<version>.avsc`` files of this package) that readers still accept."""
 

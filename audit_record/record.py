@@ -142,6 +142,11 @@ class NetworkStats:
         tcp_retransmit_pct: Packet loss estimate L, percent 0-100: TCP ``RetransSegs / OutSegs`` of the
             producer's network namespace (``/proc/net/snmp``) over the last statistics interval; None
             when unknown (no segments sent, no ``/proc``, or a record written before the field existed).
+        tcp_timeout_pct: Retransmission timeouts per 100 TCP segments sent, percent 0-100: ``TCPTimeouts
+            / OutSegs`` of the same namespace and interval (``/proc/net/netstat``); tells loss bursts,
+            which TCP repairs only after its retransmission timer fires, from random loss, which fast
+            retransmit repairs (L reads the same for both); None when unknown or in a record written
+            before the field existed.
     """
 
     rtt_avg_ms: float | None = None
@@ -151,6 +156,7 @@ class NetworkStats:
     request_timeouts: int = 0
     tx_errors: int = 0
     tcp_retransmit_pct: float | None = None
+    tcp_timeout_pct: float | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -298,6 +304,6 @@ class AuditRecord:
 _FLOAT_FIELDS: dict[type, tuple[str, ...]] = {
     AuditRecord: ("latency_p50_ms", "latency_p99_ms", "latency_max_ms"),
     ProducerConfig: ("linger_ms", "poll_interval_ms"),
-    NetworkStats: ("rtt_avg_ms", "rtt_p99_ms", "rtt_min_ms", "tcp_retransmit_pct"),
+    NetworkStats: ("rtt_avg_ms", "rtt_p99_ms", "rtt_min_ms", "tcp_retransmit_pct", "tcp_timeout_pct"),
 }
 """The ``double`` fields of a record and its parts, which :meth:`AuditRecord.validate` requires finite."""

@@ -101,8 +101,14 @@ CONFIG_FIELDS: tuple[str, ...] = (
 NETWORK_FIELDS: tuple[str, ...] = ("rtt_avg_ms", "tx_retries", "request_timeouts")
 """librdkafka's network statistics, summed or averaged over the producers (see the schema)."""
 
-ESTIMATE_FIELDS: tuple[str, ...] = ("message_size_bytes", "packet_loss_pct_est", "delay_ms_est")
-"""The predictor's inputs estimated from the producers: M (bytes), L (percent), D (ms) (paper Eq. 1)."""
+ESTIMATE_FIELDS: tuple[str, ...] = (
+    "message_size_bytes",
+    "packet_loss_pct_est",
+    "delay_ms_est",
+    "tcp_timeout_pct_est",
+)
+"""The predictor's inputs estimated from the producers: M (bytes), L (percent), D (ms) (paper Eq. 1) and
+the retransmission-timeout rate (percent)."""
 
 PREDICTION_FIELDS: tuple[str, ...] = ("p_loss", "p_loss_lo", "p_loss_hi", "p_dup", "p_dup_lo", "p_dup_hi")
 """Predicted P_l and P_d with their 90% intervals (5th / 95th percentile), fractions 0-1 (paper Eq. 1)."""
@@ -171,6 +177,7 @@ SUMMARY_NUMBERS: tuple[str, ...] = (
     "unaudited_producers",
     "packet_loss_pct_est",
     "delay_ms_est",
+    "tcp_timeout_pct_est",
     *PREDICTION_FIELDS,
     *GAMMA_FIELDS,
     "completeness_vs_previous",

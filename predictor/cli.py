@@ -60,6 +60,14 @@ PollMs = Annotated[
         "--poll-interval-ms", help="Polling interval delta between source reads, ms (0 = full load)."
     ),
 ]
+TimeoutPct = Annotated[
+    float,
+    typer.Option(
+        "--tcp-timeout-pct",
+        help="TCP retransmission timeouts per 100 segments sent, percent 0-100 (loss bursts read high; "
+        "0 = none or unknown; models from before it ignore it).",
+    ),
+]
 
 
 def _fail(exc: Exception) -> typer.Exit:
@@ -244,6 +252,7 @@ def predict_cmd(
     message_size_bytes: SizeBytes = 100.0,
     message_timeout_ms: TimeoutMs = 5000.0,
     poll_interval_ms: PollMs = 0.0,
+    tcp_timeout_pct: TimeoutPct = 0.0,
     model_dir: ModelDir = None,
     as_json: AsJson = False,
     batch_size: OldBatchSize = None,
@@ -279,6 +288,7 @@ def suggest_cmd(
     message_size_bytes: SizeBytes = 100.0,
     message_timeout_ms: TimeoutMs = 5000.0,
     poll_interval_ms: PollMs = 0.0,
+    tcp_timeout_pct: TimeoutPct = 0.0,
     producers: Annotated[int, typer.Option(help="Number of producers N_p sharing the stream (>= 1).")] = 1,
     arrival_rate: Annotated[
         float | None,
@@ -334,6 +344,7 @@ def suggest_cmd(
             "packet_loss_pct": row["packet_loss_pct"],
             "delay_ms": row["delay_ms"],
             "message_size_bytes": row["message_size_bytes"],
+            "tcp_timeout_pct": row["tcp_timeout_pct"],
             "arrival_rate_msgs_per_s": arrival_rate,
         }
         result = suggest(config, network, target, w, Predictor.load(model_dir))

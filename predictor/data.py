@@ -15,7 +15,7 @@ import pandas as pd
 
 from kafka_plumbing.errors import ConfigError
 from predictor import SHARED_DATA as SHARED_DATA
-from predictor.features import FEATURES, current_columns, validate_frame
+from predictor.features import BASE_FEATURES, FEATURES, current_columns, validate_frame
 
 TARGETS: tuple[str, ...] = ("p_loss", "p_dup")
 HELDOUT_PERCENT = 20
@@ -38,8 +38,9 @@ def file_sha256(path: Path) -> str:
 def load(paths: Sequence[Path]) -> pd.DataFrame:
     """Read and concatenate experiment CSVs (``experiments.csv`` columns; extra columns are ignored).
 
-    Required columns: the 7 :data:`~predictor.features.FEATURES` (or their former names,
+    Required columns: the 7 :data:`~predictor.features.BASE_FEATURES` (or their former names,
     :data:`~predictor.features.RENAMED`: ``batch_size``), ``p_loss``, ``p_dup``. Optional:
+    the :data:`~predictor.features.OPTIONAL` features (their default where missing),
     ``n_sent`` and ``duration_s`` (throughput target), ``experiment`` (family for the breakdown; default
     the file's stem).
 
@@ -57,7 +58,7 @@ def load(paths: Sequence[Path]) -> pd.DataFrame:
         if not path.is_file():
             raise ConfigError(f"--data {path}: no such file")
         df = current_columns(pd.read_csv(path))
-        missing = [c for c in (*FEATURES, *TARGETS) if c not in df.columns]
+        missing = [c for c in (*BASE_FEATURES, *TARGETS) if c not in df.columns]
         if missing:
             raise ConfigError(f"--data {path}: missing column(s) {missing} (see the experiments.csv README)")
         if df.empty:
@@ -84,8 +85,12 @@ def load(paths: Sequence[Path]) -> pd.DataFrame:
 
 
 def settings_key(frame: pd.DataFrame) -> pd.Series:
-    """Return the settings string of each row: the 7 feature values formatted with ``%g``, joined by ``,``."""
-    cols = [frame[c].map(lambda v: f"{v:g}") for c in FEATURES]
+    """Return the settings string of each row: the 7 feature values formatted with ``%g``, joined by ``,``.
+
+    The settings are :data:`~predictor.features.BASE_FEATURES`, what an experiment sets (the
+    retransmission-timeout rate is measured, not set; leaving it out keeps the paper's held-back split).
+    """
+    cols = [frame[c].map(lambda v: f"{v:g}") for c in BASE_FEATURES]
     key = cols[0]
     for c in cols[1:]:
         key = key + "," + c

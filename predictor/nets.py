@@ -13,7 +13,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from predictor.features import FEATURES
+from predictor.features import BASE_FEATURES, FEATURES
 
 DUP_SCALE = 1000.0
 """P_d is learnt in per-mille (P_d is below 0.006 in the measurements), so its loss weighs like P_l's."""
@@ -38,6 +38,8 @@ class ModelSpec:
         optimizer: ``adamw`` or ``sgd``.
         weight_decay: AdamW weight decay.
         sigmoid_loss: Improved model only: P_l median through a sigmoid (True) or linear and clipped.
+        features: The inputs, in order (names from :data:`~predictor.features.FEATURES`); a card from
+            before the field existed reads :data:`~predictor.features.BASE_FEATURES` (paper Eq. 1).
     """
 
     arch: Literal["improved", "paper"] = "improved"
@@ -51,17 +53,19 @@ class ModelSpec:
     weight_decay: float = 1e-4
     sigmoid_loss: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+    features: tuple[str, ...] = FEATURES
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict (tuples as lists)."""
         d = asdict(self)
         d["hidden"] = list(self.hidden)
+        d["features"] = list(self.features)
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ModelSpec:
         """Inverse of :meth:`to_json`."""
-        return cls(**{**d, "hidden": tuple(d["hidden"])})
+        return cls(**{**d, "hidden": tuple(d["hidden"]), "features": tuple(d.get("features", BASE_FEATURES))})
 
 
 PAPER_SPEC = ModelSpec(
@@ -100,7 +104,7 @@ def mlp(n_in: int, hidden: tuple[int, ...], n_out: int, activation: str) -> nn.S
 
 
 class Member(nn.Module):
-    """One ensemble member; maps scaled inputs (n, 7) to a dict of output tensors, each shape (n,).
+    """One ensemble member; maps scaled inputs (n, k = len(spec.features)) to a dict of outputs, each (n,).
 
     Keys: ``p_loss`` (median), ``p_loss_lo``, ``p_loss_hi``, ``p_dup`` and its bounds (fractions; the
     paper arch gives lo = hi = point) and ``log_tp`` (standardised log throughput).
@@ -110,10 +114,10 @@ class Member(nn.Module):
         super().__init__()
         self.spec = spec
         n_out = 3 if spec.arch == "paper" else 7
-        self.net = mlp(len(FEATURES), spec.hidden, n_out, spec.activation)
+        self.net = mlp(len(spec.features), spec.hidden, n_out, spec.activation)
 
     def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Return the outputs for scaled inputs ``x`` (n, 7), training units (P_d per-mille if improved)."""
+        """Return the outputs for scaled inputs ``x`` (n, k), training units (P_d per-mille if improved)."""
         z = self.net(x)
         if self.spec.arch == "paper":
             pl, pd_ = torch.sigmoid(z[:, 0]), torch.sigmoid(z[:, 1])
@@ -143,18 +147,18 @@ class Member(nn.Module):
 class Ensemble(nn.Module):
     """K members plus the input scaling, throughput de-standardisation and conformal offsets (buffers).
 
-    ``forward(x_features)`` takes the (n, 7) pre-scaled feature array (log transforms for ``improved``,
-    raw for ``paper``), clamps it to the training range (``x_lo``/``x_hi``: a value beyond the measured
-    range is predicted as the nearest measured one), standardises it with ``x_shift``/``x_scale`` and
-    returns averaged member
-    outputs in fractions and messages/s, with the conformal offsets applied and P_l, P_d clipped to [0, 1].
+    ``forward(x_features)`` takes the (n, k) pre-scaled array of ``spec.features`` (log transforms for
+    ``improved``, raw for ``paper``), clamps it to the training range (``x_lo``/``x_hi``: a value beyond
+    the measured range is predicted as the nearest measured one), standardises it with
+    ``x_shift``/``x_scale`` and returns averaged member outputs in fractions and messages/s, with the
+    conformal offsets applied and P_l, P_d clipped to [0, 1].
     """
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         self.spec = spec
         self.members = nn.ModuleList(Member(spec) for _ in range(spec.members))
-        n = len(FEATURES)
+        n = len(spec.features)
         self.register_buffer("x_shift", torch.zeros(n))
         self.register_buffer("x_scale", torch.ones(n))
         self.register_buffer("x_lo", torch.full((n,), -torch.inf))  # training range of the features:
@@ -165,7 +169,7 @@ class Ensemble(nn.Module):
         self.register_buffer("q_dup", torch.zeros(()))  # conformal offset, P_d fraction
 
     def scale(self, x: torch.Tensor) -> torch.Tensor:
-        """Clamp pre-scaled features (n, 7) to the training range (no extrapolation), then standardise."""
+        """Clamp pre-scaled features (n, k) to the training range (no extrapolation), then standardise."""
         return (torch.clamp(x, self.x_lo, self.x_hi) - self.x_shift) / self.x_scale
 
     def raw_outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -175,7 +179,7 @@ class Ensemble(nn.Module):
         return {k: torch.stack([o[k] for o in outs]).mean(0) for k in outs[0]}
 
     def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Return the final predictions for pre-scaled features ``x`` (n, 7); every value shape (n,)."""
+        """Return the final predictions for pre-scaled features ``x`` (n, k); every value shape (n,)."""
         o = self.raw_outputs(x)
         dup_unit = 1.0 if self.spec.arch == "paper" else DUP_SCALE
         acks1 = x[:, 0]  # acks 0/1 is column 0 before scaling for both archs

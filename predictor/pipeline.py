@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import time
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ import pandas as pd
 from kafka_plumbing.errors import ConfigError
 from predictor import data as data_mod
 from predictor.evaluate import metrics
-from predictor.features import FEATURES, UNITS
+from predictor.features import BASE_FEATURES, OPTIONAL, UNITS
 from predictor.model import Predictor
 from predictor.nets import PAPER_SPEC, ModelSpec
 from predictor.train import COVERAGE, Progress, fit
@@ -33,6 +34,18 @@ def _versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[dist] = "unknown"
     return out
+
+
+def trained_features(frame: pd.DataFrame) -> tuple[str, ...]:
+    """Return the inputs a model trained on ``frame`` reads: paper Eq. 1's, and each optional one that varies.
+
+    An :data:`~predictor.features.OPTIONAL` feature that the data only has at its default (the paper's
+    measurements and testbed grids have no retransmission-timeout rate) teaches nothing, and leaving it
+    out keeps a model trained on them what it was (the shipped model reads
+    :data:`~predictor.features.BASE_FEATURES`). Retraining adds it (:func:`predictor.retrain.add_inputs`).
+    """
+    varying = [f for f in OPTIONAL if f in frame and frame[f].nunique(dropna=True) > 1]
+    return (*BASE_FEATURES, *varying)
 
 
 def train_model(
@@ -63,6 +76,8 @@ def train_model(
         raise ConfigError(
             f"--data: {len(frame)} rows give {len(train)} training and {len(test)} held-back rows"
         )
+    spec = dataclasses.replace(spec, features=trained_features(train))
+    paper_spec = dataclasses.replace(PAPER_SPEC, features=spec.features)
     main_total = spec.epochs * spec.members
     total = main_total + (PAPER_SPEC.epochs * PAPER_SPEC.members if baseline else 0)
 
@@ -91,7 +106,7 @@ def train_model(
             }
             for p in paths
         ],
-        "features": list(FEATURES),
+        "features": list(spec.features),
         "units": {
             **UNITS,
             "p_loss": "P_l, fraction 0-1 (lost / sent)",
@@ -110,7 +125,7 @@ def train_model(
             "n_train": len(train),
             "n_heldout": len(test),
         },
-        "trained_ranges": {c: [float(train[c].min()), float(train[c].max())] for c in FEATURES},
+        "trained_ranges": {c: [float(train[c].min()), float(train[c].max())] for c in spec.features},
         "versions": _versions(),
         "training_seconds": round(seconds, 1),
         "reproduce": " ".join(
@@ -132,9 +147,9 @@ def train_model(
         "out_of_fold_train": {k: v for k, v in metrics(oof, train).items() if k != "families"},
     }
     if baseline:
-        paper = fit(train, PAPER_SPEC, seed, baseline_progress)
+        paper = fit(train, paper_spec, seed, baseline_progress)
         card["metrics"]["paper_baseline_heldout"] = metrics(Predictor(paper.model, {}).predict(test), test)
-        card["paper_baseline_spec"] = PAPER_SPEC.to_json()
+        card["paper_baseline_spec"] = paper_spec.to_json()
     return model
 
 

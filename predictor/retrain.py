@@ -9,8 +9,12 @@ windows of the training store (:mod:`predictor.training_store`):
    (the conformal interval), the oldest 60% the *training* split. Base data (the paper's
    ``experiments.csv`` and any testbed grid CSV) trains on its non-held-back rows only
    (:data:`predictor.data.SPLIT_RULE`), so the paper's held-back split stays unseen.
-2. **Warm start**: every ensemble member starts from the parent's weights. The input standardisation
-   is refitted to the new training rows and the first layer rescaled so the function is unchanged
+2. **Warm start**: every ensemble member starts from the parent's weights. A parent that reads fewer
+   inputs than :data:`~predictor.features.FEATURES` (a model from before the TCP retransmission-timeout
+   rate) gets the missing ones with zero weights and a clamp range of their default, so it computes
+   what the parent did (:func:`add_inputs`); fine-tuning then learns them from the local windows (the
+   base data has them at their default). The input standardisation is refitted to the new training
+   rows and the first layer rescaled so the function is unchanged
    (:func:`restandardise`); the range that inputs are clamped to grows to the union of the parent's range
    and the new rows' (a deployment's ``batch.num.messages`` = 10,000 is no longer read as 10).
 3. **Weighting** (:func:`source_weights`): each training row is drawn with a probability proportional
@@ -40,6 +44,7 @@ windows of the training store (:mod:`predictor.training_store`):
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -54,7 +59,7 @@ from kafka_plumbing.errors import ConfigError
 from predictor import SHARED_DATA
 from predictor import data as data_mod
 from predictor.evaluate import metrics
-from predictor.features import FEATURES
+from predictor.features import ALLOWED, BASE_FEATURES, FEATURES, UNITS
 from predictor.model import Predictor
 from predictor.registry import model_version
 from predictor.training_store import COLUMNS, LOCAL_SOURCE
@@ -213,6 +218,54 @@ def source_weights(
         rows = source == name
         out[rows] = (1.0 - share) * (rows.sum() / n_base) * raw[rows] / raw[rows].sum()
     return out / out.sum()
+
+
+def add_inputs(ensemble: Any, features: tuple[str, ...] = FEATURES) -> Any:
+    """Return a copy of ``ensemble`` that reads ``features``, computing what ``ensemble`` computed.
+
+    Inputs the ensemble already reads keep their weights, standardisation and clamp range; a new input
+    gets zero first-layer weights, standardisation (0, 1) and the clamp range of its pre-scaled default
+    (:data:`~predictor.features.OPTIONAL`), so the function is unchanged until fine-tuning
+    (:func:`restandardise` widens the range to the training rows').
+
+    Args:
+        ensemble: A :class:`~predictor.nets.Ensemble`; not modified.
+        features: The inputs of the copy, in order; must include every input of ``ensemble``.
+
+    Raises:
+        ValueError: if ``features`` lacks an input ``ensemble`` reads.
+    """
+    import torch
+
+    from predictor.nets import Ensemble
+    from predictor.train import features_for
+
+    old = tuple(ensemble.spec.features)
+    if old == tuple(features):
+        return copy.deepcopy(ensemble)
+    if not set(old) <= set(features):
+        raise ValueError(f"cannot drop inputs {sorted(set(old) - set(features))} of a warm-started model")
+    spec = dataclasses.replace(ensemble.spec, features=tuple(features))
+    wide = Ensemble(spec)
+    keep = [features.index(f) for f in old]
+    lowest = pd.DataFrame([{f: ALLOWED[f][0] for f in BASE_FEATURES}])  # defaults for the optional ones
+    default = torch.from_numpy(features_for(spec, lowest)[0])
+    state, target = ensemble.state_dict(), wide.state_dict()
+    with torch.no_grad():
+        for key, value in state.items():
+            new = target[key]
+            if new.shape == value.shape:
+                new.copy_(value)
+            elif key in ("x_shift", "x_scale", "x_lo", "x_hi"):
+                start = {"x_shift": torch.zeros_like(new), "x_scale": torch.ones_like(new)}
+                new.copy_(start.get(key, default))
+                new[keep] = value
+            else:  # a member's first layer: (hidden, inputs)
+                new.zero_()
+                new[:, keep] = value
+    wide.load_state_dict(target)
+    wide.eval()
+    return wide
 
 
 def restandardise(ensemble: Any, xf: np.ndarray) -> None:
@@ -446,7 +499,7 @@ def retrain(
     train = pd.concat(parts, ignore_index=True)
     weights = source_weights(train, local_share, full_share_windows, weight_cap)
 
-    ensemble = copy.deepcopy(parent.ensemble)
+    ensemble = add_inputs(parent.ensemble, FEATURES)
     spec = ensemble.spec
     xf = features_for(spec, train)
     restandardise(ensemble, xf)
@@ -468,6 +521,8 @@ def retrain(
         str(k): round(float(v), 4) for k, v in pd.Series(weights).groupby(train["source"]).sum().items()
     }
     card = copy.deepcopy(parent.card)
+    card["spec"], card["features"] = spec.to_json(), list(spec.features)
+    card["units"] = {**card.get("units", {}), **{f: UNITS[f] for f in spec.features}}
     for stale in ("version", "metrics", "reproduce", "paper_baseline_spec", "training_seconds", "split"):
         card.pop(stale, None)
     card.update(
@@ -496,7 +551,7 @@ def retrain(
                     min(float(train[c].min()), *parent.card.get("trained_ranges", {}).get(c, [np.inf])),
                     max(float(train[c].max()), *parent.card.get("trained_ranges", {}).get(c, [-np.inf])),
                 ]
-                for c in FEATURES
+                for c in spec.features
             },
             "interval": {
                 "coverage": COVERAGE,

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from kafka_plumbing.errors import ConfigError
-from predictor.features import FEATURES, acks_number, check_value
+from predictor.features import FEATURES, OPTIONAL, acks_number, check_value
 from predictor.kpi import Weights, gamma, mu, phi
 from predictor.model import Predictor, default_predictor
 
@@ -50,7 +50,13 @@ _CONFIG_KEYS = {
     "producers": "producers",
     "message_size_bytes": "message_size_bytes",
 }
-_NETWORK_KEYS = ("packet_loss_pct", "delay_ms", "message_size_bytes", "arrival_rate_msgs_per_s")
+_NETWORK_KEYS = (
+    "packet_loss_pct",
+    "delay_ms",
+    "message_size_bytes",
+    "tcp_timeout_pct",
+    "arrival_rate_msgs_per_s",
+)
 KNOB_NAMES = {
     "acks": "acks",
     "batch_num_messages": "batch.num.messages",
@@ -114,6 +120,7 @@ def _current(config: Mapping[str, Any], network: Mapping[str, Any]) -> tuple[dic
     for key in _NETWORK_KEYS:
         if key in network and network[key] is not None:
             cur[key] = network[key]
+    cur = {**OPTIONAL, **cur}  # a network without the retransmission-timeout rate: its default
     missing = [KNOB_NAMES.get(f, f) for f in FEATURES if f not in cur]
     if missing:
         raise ConfigError(
@@ -176,7 +183,8 @@ def suggest(
             accepted), ``poll_interval_ms`` (default 0 = full load), ``producers`` (N_p, default 1).
             Not modified.
         network: ``packet_loss_pct`` (L, percent), ``delay_ms`` (D, ms), ``message_size_bytes`` (M; may
-            also be in ``config``), optional ``arrival_rate_msgs_per_s`` (lambda of the whole stream;
+            also be in ``config``), optional ``tcp_timeout_pct`` (TCP retransmission timeouts per 100
+            segments, percent; default 0), optional ``arrival_rate_msgs_per_s`` (lambda of the whole stream;
             default: what the current configuration serves, N_p * T), optional
             ``measured_throughput_msgs_per_s`` (T of one producer with the current configuration as a
             saturated window measured it, :func:`predictor.kpi.measured_throughput`; the model's T of

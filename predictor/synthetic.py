@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from predictor.features import FEATURES
+from predictor.features import BASE_FEATURES, OPTIONAL
 from predictor.training_store import COLUMNS, LOCAL_SOURCE
 
 START_MS = 1_767_225_600_000
@@ -28,7 +28,7 @@ START_MS = 1_767_225_600_000
 
 
 def deployment_loss(features: pd.DataFrame) -> np.ndarray:
-    """Return the expected R_l (fraction 0-1) of the synthetic deployment for rows of FEATURES."""
+    """Return the expected R_l (fraction 0-1) of the synthetic deployment for rows of BASE_FEATURES."""
     loss = features["packet_loss_pct"].to_numpy(dtype=float) / 25.0
     batch = features["batch_num_messages"].to_numpy(dtype=float)
     timeout = features["message_timeout_ms"].to_numpy(dtype=float)
@@ -70,7 +70,7 @@ def deployment_windows(
         "poll_interval_ms": rng.choice([0.0, 1.0, 5.0], stages),
     }
     which = np.arange(n) // stage_windows
-    frame = pd.DataFrame({name: values[which] for name, values in stage.items()})[list(FEATURES)]
+    frame = pd.DataFrame({name: values[which] for name, values in stage.items()})[list(BASE_FEATURES)]
     # the job estimates L and D per window: they scatter around the stage's network
     frame["packet_loss_pct"] = np.clip(frame["packet_loss_pct"] * rng.normal(1.0, 0.1, n), 0.0, 100.0)
     frame["delay_ms"] = np.clip(frame["delay_ms"] * rng.normal(1.0, 0.05, n), 0.0, None)
@@ -89,6 +89,8 @@ def deployment_windows(
     for name in ("pred_p_loss", "pred_p_loss_lo", "pred_p_loss_hi", "pred_p_dup"):
         frame[name] = np.nan
     frame["source"] = LOCAL_SOURCE
+    for name, default in OPTIONAL.items():  # the synthetic network has no retransmission-timeout rate
+        frame[name] = default
     return frame[list(COLUMNS)]
 
 

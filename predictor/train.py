@@ -20,7 +20,7 @@ import torch
 
 from audit_record import window_result
 from predictor.data import settings_key
-from predictor.features import feature_matrix, raw, transform
+from predictor.features import columns_of, feature_matrix, raw, transform
 from predictor.nets import DUP_SCALE, QUANTILES, Ensemble, Member, ModelSpec
 
 COVERAGE = 0.90
@@ -43,16 +43,17 @@ class FitResult:
 
 
 def features_for(spec: ModelSpec, x: np.ndarray | pd.DataFrame) -> np.ndarray:
-    """Pre-scaled features for ``spec.arch`` (log transforms for improved, raw for paper), float32 (n, 7).
+    """Pre-scaled features for ``spec.arch`` (log transforms for improved, raw for paper), float32 (n, k).
 
     Args:
-        spec: The model spec.
-        x: Validated feature matrix (n, 7) in :data:`~predictor.features.FEATURES` order, or a frame with
-            those columns.
+        spec: The model spec; its ``features`` (k of them) are the columns returned, in its order.
+        x: Validated feature matrix (n, 8) in :data:`~predictor.features.FEATURES` order, or a frame with
+            those columns (optional ones may be missing: their default).
     """
     if isinstance(x, pd.DataFrame):
         x = feature_matrix(x)
-    return raw(x) if spec.arch == "paper" else transform(x)
+    scaled = raw(x) if spec.arch == "paper" else transform(x)
+    return scaled[:, columns_of(spec.features)]
 
 
 def _folds(frame: pd.DataFrame, k: int, seed: int) -> np.ndarray:

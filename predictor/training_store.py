@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from kafka_plumbing.errors import ConfigError
-from predictor.features import FEATURES, valid_rows
+from predictor.features import FEATURES, OPTIONAL, valid_rows, with_defaults
 
 SKIP_REASONS: tuple[str, ...] = (
     "downstream_tier",
@@ -123,7 +123,11 @@ def _num(col: pd.Series) -> pd.Series:
 
 
 def _typed(frame: pd.DataFrame) -> pd.DataFrame:
-    """Return ``frame`` with exactly :data:`COLUMNS` in their dtypes (one schema for every file)."""
+    """Return ``frame`` with exactly :data:`COLUMNS` in their dtypes (one schema for every file).
+
+    An :data:`~predictor.features.OPTIONAL` feature that is unknown (or missing: a file written before
+    it existed) takes its default, as the job predicts with it.
+    """
     out = pd.DataFrame(index=frame.index)
     for name, dtype in COLUMNS.items():
         col = frame[name] if name in frame else pd.Series(None, index=frame.index, dtype="object")
@@ -133,6 +137,8 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
             out[name] = pd.to_numeric(col, errors="coerce").astype("int64")
         else:
             out[name] = _num(col)
+    for name, default in OPTIONAL.items():
+        out[name] = out[name].fillna(default)
     return out
 
 
@@ -155,7 +161,7 @@ def training_frame(
     if results.empty:
         return _typed(pd.DataFrame(columns=list(COLUMNS)))
     eligible = np.array([skip_reason(r, min_messages) is None for r in results.to_dict("records")])
-    rows, feats = results[eligible], features.loc[results.index[eligible], list(FEATURES)]
+    rows, feats = results[eligible], with_defaults(features).loc[results.index[eligible], list(FEATURES)]
     out = pd.DataFrame(index=rows.index)
     for name in FEATURES:
         out[name] = _num(feats[name])

@@ -7,7 +7,8 @@ each *final* window result with messages sent and a producer configuration it
 1. builds the predictor's input (paper Eq. 1, :data:`predictor.features.FEATURES`) from the window:
    ``acks`` 0/1 (``all``/``-1`` count as 1), L = ``packet_loss_pct_est`` (percent, 0 if unknown),
    D = ``delay_ms_est`` (ms, 0 if unknown), M = ``message_size_bytes`` (else the topic's setting),
-   B = ``batch_num_messages``, T_o = ``message_timeout_ms``, delta = ``poll_interval_ms`` (0 if unknown);
+   B = ``batch_num_messages``, T_o = ``message_timeout_ms``, delta = ``poll_interval_ms`` (0 if unknown),
+   the TCP retransmission-timeout rate = ``tcp_timeout_pct_est`` (percent, 0 if unknown);
 2. predicts P_l, P_d with their 90% intervals and the per-producer throughput T (messages/s);
 3. computes gamma (Eq. 2) twice with the topic's weights (Table II preset): ``gamma_predicted`` with
    P_l, P_d and ``gamma_actual`` with the measured R_l, R_d. Both use the same service terms
@@ -52,7 +53,7 @@ from predictor.registry import SHIPPED_VERSION
 
 log = logging.getLogger(__name__)
 
-_SUGGEST_KEY = (*window_result.CURRENT_PROPERTIES.values(), "sent", "loss_rate", "_L", "_D", "_M")
+_SUGGEST_KEY = (*window_result.CURRENT_PROPERTIES.values(), "sent", "loss_rate", "_L", "_D", "_M", "_R")
 """What a suggestion depends on: windows alike in these get the same one (computed once per batch)."""
 
 
@@ -164,7 +165,8 @@ def feature_frame(results: pd.DataFrame, message_size_bytes: pd.Series | float =
         DataFrame with the same index and the :data:`predictor.features.FEATURES` columns as floats:
         acks 0/1 (``all``/``-1`` -> 1; unknown values -> NaN), packet_loss_pct (percent; unknown -> 0),
         delay_ms (ms; unknown -> 0), message_size_bytes (bytes), batch_num_messages (messages),
-        message_timeout_ms (ms), poll_interval_ms (ms; unknown -> 0).
+        message_timeout_ms (ms), poll_interval_ms (ms; unknown -> 0), tcp_timeout_pct (percent; unknown or
+        a result from before the field -> 0).
     """
     out = pd.DataFrame(index=results.index)
     out["acks"] = results["acks"].map(_acks01).astype("float64")
@@ -179,6 +181,8 @@ def feature_frame(results: pd.DataFrame, message_size_bytes: pd.Series | float =
     out["batch_num_messages"] = _num(results["batch_num_messages"])
     out["message_timeout_ms"] = _num(results["message_timeout_ms"])
     out["poll_interval_ms"] = _num(results["poll_interval_ms"]).fillna(0.0)
+    timeouts = results.get("tcp_timeout_pct_est", np.nan)
+    out["tcp_timeout_pct"] = _num(pd.Series(timeouts, index=results.index)).fillna(0.0)
     return out
 
 
@@ -275,6 +279,7 @@ def _suggest(
         "packet_loss_pct": float(r["_L"]),
         "delay_ms": float(r["_D"]),
         "message_size_bytes": float(r["_M"]),
+        "tcp_timeout_pct": float(r["_R"]),
         "arrival_rate_msgs_per_s": float(lam) if pd.notna(lam) else None,
         "measured_throughput_msgs_per_s": float(t_measured) if pd.notna(t_measured) else None,
     }
@@ -333,6 +338,7 @@ def add_predictions(
     out.loc[rows, "_L"] = features["packet_loss_pct"]
     out.loc[rows, "_D"] = features["delay_ms"]
     out.loc[rows, "_M"] = features["message_size_bytes"]
+    out.loc[rows, "_R"] = features["tcp_timeout_pct"]
     out.loc[rows, "_T"] = measured_throughput(out.loc[rows])  # T per producer where the window measured it
 
     predictor: PredictorLike | None = None
@@ -385,7 +391,7 @@ def add_predictions(
                 continue
             for col, value in (cache[key] or {}).items():
                 out.at[i, col] = value
-    return out.drop(columns=["_L", "_D", "_M", "_T"])
+    return out.drop(columns=["_L", "_D", "_M", "_R", "_T"])
 
 
 def _version_of(predictor: PredictorLike) -> str:

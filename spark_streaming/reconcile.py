@@ -29,8 +29,33 @@ _KEEP = (
 )
 """What a snapshot keeps of an :class:`~audit_record.AuditRecord` (its counters, what orders it, and
 whether its tier had closed the window)."""
-_NETWORK_KEPT = ("rtt_avg_ms", "tx_retries", "request_timeouts", "tcp_retransmit_pct", "rtt_min_ms")
+_NETWORK_KEPT = (
+    "rtt_avg_ms",
+    "tx_retries",
+    "request_timeouts",
+    "tcp_retransmit_pct",
+    "rtt_min_ms",
+    "tcp_timeout_pct",
+)
 """What a snapshot keeps of the producer's :class:`~audit_record.NetworkStats`."""
+
+
+def sent_weighted_mean(networks: list[tuple[dict[str, Any], dict[str, Any]]], field: str) -> float | None:
+    """Return the mean of a producer network estimate over a window's producers, weighted by ``sent``.
+
+    Args:
+        networks: (producer snapshot, its ``network``) pairs of the window.
+        field: A ``network`` field (``tcp_retransmit_pct``: L; ``tcp_timeout_pct``), percent.
+
+    Returns:
+        The weighted mean; the plain mean when the producers sent nothing; None when no producer knows
+        the field (state written before the field existed lacks it).
+    """
+    known = [(n[field], s["sent"]) for s, n in networks if n.get(field) is not None]
+    weight = sum(w for _, w in known)
+    if weight:
+        return sum(x * w for x, w in known) / weight
+    return sum(x for x, _ in known) / len(known) if known else None
 
 
 def compact(record: AuditRecord, partition: int, offset: int) -> dict[str, Any]:
@@ -279,7 +304,9 @@ def reconcile(
     broker RTT of the window (``rtt_min_ms``, ms: the delay the network adds to a round trip, as NetEm's
     delay on the producer's interface adds it in the paper's Sec. V; :func:`delay_estimate_ms`),
     ``packet_loss_pct_est`` L = the producers' TCP retransmission ratio (percent, weighted by sent),
-    ``message_size_bytes`` M = value bytes / messages sent (producers reporting bytes). ``partitions``
+    ``tcp_timeout_pct_est`` = their TCP retransmission timeouts per 100 segments (percent, weighted the
+    same way; :func:`sent_weighted_mean`), ``message_size_bytes`` M = value bytes / messages sent
+    (producers reporting bytes). ``partitions``
     breaks each tier's result down by partition (:func:`partition_breakdown`).
     """
     snaps = list(snapshots)
@@ -297,12 +324,6 @@ def reconcile(
     networks = [(s, n) for s in producers if (n := _network(s)) is not None]
     rtts = [n["rtt_avg_ms"] for _, n in networks if n.get("rtt_avg_ms") is not None]
     delays = [d for _, n in networks if (d := delay_estimate_ms(n)) is not None]
-    # L estimate: the producers' TCP retransmission ratios, weighted by what each sent (state written
-    # before the field existed lacks it).
-    losses = [
-        (n["tcp_retransmit_pct"], s["sent"]) for s, n in networks if n.get("tcp_retransmit_pct") is not None
-    ]
-    loss_weight = sum(w for _, w in losses)
     size_sent = sum(s["sent"] for s in producers if s.get("bytes"))
     result_at = max((s["emitted_at_ms"] for s in snaps), default=window_end_ms)
     rows = []
@@ -340,11 +361,8 @@ def reconcile(
                 producer_configs=len(configs),
                 rtt_avg_ms=sum(rtts) / len(rtts) if rtts else None,
                 delay_ms_est=sum(delays) / len(delays) if delays else None,
-                packet_loss_pct_est=(
-                    sum(x * w for x, w in losses) / loss_weight
-                    if loss_weight
-                    else (sum(x for x, _ in losses) / len(losses) if losses else None)
-                ),
+                packet_loss_pct_est=sent_weighted_mean(networks, "tcp_retransmit_pct"),
+                tcp_timeout_pct_est=sent_weighted_mean(networks, "tcp_timeout_pct"),
                 message_size_bytes=(
                     sum(s.get("bytes") or 0 for s in producers) / size_sent if size_sent else None
                 ),

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from audit_record import canonical_acks
 from kafka_plumbing.errors import ConfigError, config_error
-from predictor.features import FEATURES as MODEL_FEATURES
+from predictor.features import BASE_FEATURES as MODEL_FEATURES
 from predictor.features import current_name
 from testbed.impairment import BernoulliLoss, Delay, Impairment
 from testbed.netns import DEFAULT_CONGESTION_CONTROL

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from kafka_plumbing.errors import ConfigError
-from predictor.features import FEATURES
+from predictor.features import FEATURES, with_defaults
 from predictor.model import Predictor, default_predictor
 from predictor.registry import ModelRegistry
 from predictor.retrain import paper_heldout
@@ -56,7 +56,8 @@ def score(model: str, truth: pd.Series, p: pd.Series, lo: pd.Series, hi: pd.Seri
 
 
 def _predict(model: Predictor, windows: pd.DataFrame) -> pd.DataFrame:
-    return pd.concat([model.predict(windows.loc[[i], list(FEATURES)]) for i in windows.index])
+    frame = with_defaults(windows)  # windows stored before an optional feature existed: its default
+    return pd.concat([model.predict(frame.loc[[i], list(FEATURES)]) for i in frame.index])
 
 
 def evaluate_learning(

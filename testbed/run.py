@@ -93,6 +93,8 @@ class WindowComparison:
         tx_retries: librdkafka request retries of the window's producers (``txretries``; cumulative since
             each producer started, the newest sample), requests.
         request_timeouts: librdkafka requests that timed out (``req_timeouts``; cumulative, the same way).
+        tcp_timeout_pct_est: The producers' TCP retransmission timeouts per 100 segments sent in the
+            window, as the job estimated it (percent; loss bursts read high, random loss low).
     """
 
     window_start_ms: int
@@ -110,6 +112,7 @@ class WindowComparison:
     delay_ms_est: float | None = None
     tx_retries: int | None = None
     request_timeouts: int | None = None
+    tcp_timeout_pct_est: float | None = None
 
     @property
     def exact(self) -> bool:
@@ -334,6 +337,7 @@ def run_scenario(
                     row.get("delay_ms_est"),
                     row.get("tx_retries"),
                     row.get("request_timeouts"),
+                    row.get("tcp_timeout_pct_est"),
                 )
             )
         if job is not None and lifecycle is not None and lifecycle.wait_for_retrain_s > 0:

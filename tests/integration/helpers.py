@@ -28,6 +28,8 @@ class PinnedLoss:
     producers start: their L estimate (paper Eq. 1) then reads 15% without a network namespace.
     """
 
+    timeout_pct: float | None = None  # no retransmission-timeout rate measured
+
     def sample(self) -> float:
         return PINNED_LOSS_PCT
 

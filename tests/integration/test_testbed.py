@@ -153,6 +153,8 @@ def test_acks0_with_10pct_loss_loses_and_the_audit_pipeline_equals_the_verifier(
         assert w.audit_late == 0, w
         assert w.tx_retries is not None and w.request_timeouts is not None, w  # the job's counters, too
     assert any(w.packet_loss_pct_est for w in result.windows)  # L > 0 at 10% packet loss
+    # the producers' namespace measured TCP's retransmission timeouts too (some fire at 10% loss)
+    assert all(w.tcp_timeout_pct_est is not None for w in result.windows)
 
 
 def test_grid_writes_the_shared_csv_format_and_resumes(tmp_path):

@@ -91,3 +91,12 @@ def test_a_final_snapshot_sent_after_a_network_change_describes_its_own_window(m
         assert p._network.rtt_avg_ms == 400  # the newest sample, which the snapshot used to carry
     finally:
         p._producer.flush(0)
+
+
+def test_the_window_carries_the_mean_retransmission_timeout_rate_of_its_samples():
+    h = NetworkHistory(5_000)
+    for at, rto in [(5_000, 0.5), (10_000, 2.5), (15_000, None), (20_000, None)]:
+        h.add(at, NetworkStats(rtt_avg_ms=10.0, tcp_timeout_pct=rto))
+    first, second = h.during(0, 10_000), h.during(10_000, 20_000)
+    assert first is not None and first.tcp_timeout_pct == 1.5
+    assert second is not None and second.tcp_timeout_pct is None  # no sample knew it

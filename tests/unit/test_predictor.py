@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from kafka_audit.cli import app
 from kafka_plumbing.errors import ConfigError
-from predictor.features import FEATURES
+from predictor.features import BASE_FEATURES, FEATURES
 from predictor.model import OUTPUT_COLUMNS, Predictor, default_predictor
 
 
@@ -20,6 +20,7 @@ def cases(**overrides):
         batch_num_messages=1.0,
         message_timeout_ms=2000.0,
         poll_interval_ms=0.0,
+        tcp_timeout_pct=0.0,
     )
     n = max((len(v) for v in overrides.values() if isinstance(v, list)), default=1)
     return pd.DataFrame({k: overrides.get(k, base[k]) for k in FEATURES}, index=range(100, 100 + n))
@@ -82,7 +83,7 @@ def test_empty_frame():
 
 def test_shipped_card_documents_the_model():
     card = default_predictor().card
-    assert card["features"] == list(FEATURES)
+    assert card["features"] == list(BASE_FEATURES)  # paper Eq. 1: the shipped model predates tcp_timeout_pct
     assert len(card["data"][0]["sha256"]) == 64
     assert "sha256" in card["split"]["rule"]
     held = card["metrics"]["heldout"]
@@ -104,7 +105,7 @@ def test_a_card_and_a_csv_with_the_former_batch_size_name_still_work(tmp_path):
     card["trained_ranges"]["batch_size"] = card["trained_ranges"].pop("batch_num_messages")
     card_path.write_text(json.dumps(card))
     old = Predictor.load(tmp_path / "old")
-    assert old.card["features"] == list(FEATURES) and "batch_num_messages" in old.card["trained_ranges"]
+    assert old.card["features"] == list(BASE_FEATURES) and "batch_num_messages" in old.card["trained_ranges"]
     assert old.card["spec"]["batch_size"] == 64  # the training minibatch is no feature
     frame = cases(packet_loss_pct=[0.0, 12.0, 20.0], batch_num_messages=[1.0, 4.0, 8.0])
     pd.testing.assert_frame_equal(old.predict(frame), default_predictor().predict(frame))
@@ -207,3 +208,21 @@ def test_predictor_help_names_the_acceptance_run():
     result = CliRunner().invoke(app, ["predictor", "evaluate", "--help"])
     assert result.exit_code == 0
     assert "held-back" in result.output
+
+
+def test_the_timeout_rate_is_optional_and_a_model_from_before_it_ignores_it():
+    frame = cases(packet_loss_pct=[0.0, 12.0, 20.0])
+    without = frame.drop(columns=["tcp_timeout_pct"])
+    shipped = default_predictor()
+    pd.testing.assert_frame_equal(shipped.predict(without), shipped.predict(frame))
+    pd.testing.assert_frame_equal(shipped.predict(frame.assign(tcp_timeout_pct=4.0)), shipped.predict(frame))
+    unknown = frame.assign(tcp_timeout_pct=[None, 1.0, None])  # unknown -> 0, like a missing column
+    known = frame.assign(tcp_timeout_pct=[0.0, 1.0, 0.0])
+    pd.testing.assert_frame_equal(shipped.predict(unknown), shipped.predict(known))
+    with pytest.raises(ConfigError, match=r"tcp_timeout_pct.*\[0, 100\]"):
+        shipped.predict(frame.assign(tcp_timeout_pct=150.0))
+    result = CliRunner().invoke(app, ["predictor", "predict", "--tcp-timeout-pct", "2.5", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["input"]["tcp_timeout_pct"] == 2.5
+    result = CliRunner().invoke(app, ["predictor", "predict", "--tcp-timeout-pct", "-1"])
+    assert result.exit_code == 2 and "--tcp-timeout-pct" in result.output

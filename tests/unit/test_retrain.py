@@ -14,10 +14,12 @@ from typer.testing import CliRunner
 from kafka_audit.cli import app
 from kafka_plumbing.errors import ConfigError
 from predictor import SHARED_DATA
+from predictor.features import BASE_FEATURES, FEATURES
 from predictor.model import default_predictor
 from predictor.promotion import ALL_MET, CALIBRATED_MAE, Decision, decide, run_retraining, wilson_interval
 from predictor.registry import SHIPPED_VERSION, ModelRegistry
 from predictor.retrain import (
+    add_inputs,
     as_training_rows,
     baseline_mae,
     interval_offset,
@@ -114,6 +116,40 @@ def test_restandardise_keeps_the_function_and_widens_the_range():
         )[0]
     )
     assert float(ensemble.x_hi[4]) == pytest.approx(batch[4])  # log(10,000) is inside the range now
+
+
+def test_a_new_input_enters_with_zero_weight_so_the_function_is_unchanged():
+    parent = default_predictor()
+    assert parent.ensemble.spec.features == BASE_FEATURES  # the shipped model predates tcp_timeout_pct
+    wide = add_inputs(parent.ensemble, FEATURES)
+    assert wide.spec.features == FEATURES and parent.ensemble.spec.features == BASE_FEATURES
+    paper = paper_heldout()
+    with torch.inference_mode():
+        before = parent.ensemble(torch.from_numpy(features_for(parent.ensemble.spec, paper)))
+        for rate in (0.0, 5.0):
+            after = wide(torch.from_numpy(features_for(wide.spec, paper.assign(tcp_timeout_pct=rate))))
+            for key in ("p_loss", "p_loss_lo", "p_loss_hi", "p_dup", "throughput_msgs_per_s"):
+                np.testing.assert_allclose(after[key].numpy(), before[key].numpy(), rtol=1e-6, atol=1e-7)
+    assert add_inputs(wide, FEATURES).spec.features == FEATURES  # nothing to add: a copy
+    with pytest.raises(ValueError, match="cannot drop"):
+        add_inputs(wide, BASE_FEATURES)
+
+
+def test_a_retrained_model_learns_loss_bursts_from_the_timeout_rate_where_l_is_the_same():
+    local = deployment_windows(200, seed=2)
+    local["acks"], local["batch_num_messages"], local["message_timeout_ms"] = 1.0, 1.0, 2_000.0
+    local["packet_loss_pct"], local["delay_ms"], local["poll_interval_ms"] = 12.0, 20.0, 2.0
+    bursts = (np.arange(len(local)) // 10) % 2 == 1  # stages of 10 windows: random loss, then bursts
+    local["tcp_timeout_pct"] = np.where(bursts, 2.5, 0.2)
+    local["p_loss"] = np.where(bursts, 0.4, 0.0)
+    result = retrain(default_predictor(), local, [SHARED_DATA], seed=1, threads=1)
+    card = result.model.card
+    assert card["features"] == list(FEATURES) and card["spec"]["features"] == list(FEATURES)
+    assert card["trained_ranges"]["tcp_timeout_pct"] == [0.0, 2.5]  # the paper's rows are at the default
+    probe = local.iloc[[0, 0]].assign(tcp_timeout_pct=[0.2, 2.5])
+    random_loss, burst = result.model.predict(probe)["p_loss"]
+    assert burst - random_loss > 0.2, (random_loss, burst)
+    assert result.model.card["metrics"]["paper_heldout"]["mae_p_loss"] < 0.02
 
 
 # ------------------------------------------------------------------------------------ the interval

@@ -11,6 +11,7 @@ from audit_producer.network_stats import (
     TcpRetransmitMeter,
     parse_statistics,
     read_tcp_counters,
+    read_tcp_timeouts,
 )
 from audit_record import (
     AuditRecord,
@@ -234,3 +235,57 @@ def test_records_written_before_in_flight_bytes_decode_with_none():
     del old["in_flight_bytes"]
     assert decode(_single_object("audit_record.v4", old)).in_flight_bytes is None
     assert decode(encode(_record(in_flight_bytes=12))).in_flight_bytes == 12
+
+
+def _netstat(path, timeouts):
+    path.write_text(
+        "TcpExt: SyncookiesSent TCPTimeouts TCPLossProbes\n"
+        f"TcpExt: 0 {timeouts} 7\n"
+        "IpExt: InNoRoutes\nIpExt: 0\n"
+    )
+
+
+def test_the_meter_measures_retransmission_timeouts_per_segment_over_the_same_interval(tmp_path):
+    snmp, netstat = tmp_path / "snmp", tmp_path / "netstat"
+    _snmp(snmp, 1_000, 50)
+    _netstat(netstat, 4)
+    assert read_tcp_timeouts(netstat) == 4
+    meter = TcpRetransmitMeter(snmp, netstat)
+    assert meter.timeout_pct is None  # no interval measured yet
+    _snmp(snmp, 1_200, 80)
+    _netstat(netstat, 10)
+    assert meter.sample() == pytest.approx(15.0)
+    assert meter.timeout_pct == pytest.approx(100 * 6 / 200)  # 6 RTOs over the same 200 segments
+    # a stalled link: the interval extends for both estimates
+    _snmp(snmp, 1_205, 80)
+    _netstat(netstat, 12)
+    assert (meter.sample(), meter.timeout_pct) == (pytest.approx(15.0), pytest.approx(3.0))
+    _snmp(snmp, 1_400, 90)
+    assert meter.sample() == pytest.approx(5.0)
+    assert meter.timeout_pct == pytest.approx(100 * 2 / 200)  # the 2 RTOs of the stall count here
+    # no netstat file (or no TCPTimeouts in it): L is still measured, the rate is unknown
+    blind = TcpRetransmitMeter(snmp, tmp_path / "missing")
+    _snmp(snmp, 1_600, 100)
+    assert blind.sample() == pytest.approx(5.0) and blind.timeout_pct is None
+    assert read_tcp_timeouts(tmp_path / "missing") is None
+
+
+def test_the_real_proc_timeout_counter_is_read_on_linux():
+    timeouts = read_tcp_timeouts()
+    assert timeouts is not None and timeouts >= 0
+
+
+def test_records_written_before_the_timeout_rate_decode_with_none_and_the_window_weights_it_by_sent():
+    old = _record().to_avro()
+    del old["network"]["tcp_timeout_pct"]
+    assert decode(_single_object("audit_record.v5", old)).network.tcp_timeout_pct is None
+    assert decode(encode(_record(network=NetworkStats(tcp_timeout_pct=2.5)))).network.tcp_timeout_pct == 2.5
+    assert parse_statistics("{}", 3.0, 0.4).tcp_timeout_pct == 0.4
+    p1 = compact(_record(producer_id="p1", sent=300, network=NetworkStats(tcp_timeout_pct=3.0)), 0, 1)
+    p2 = compact(_record(producer_id="p2", sent=100, network=NetworkStats(tcp_timeout_pct=1.0)), 0, 2)
+    p3 = compact(_record(producer_id="p3", sent=100, network=NetworkStats()), 0, 3)  # unknown: not counted
+    cluster = compact(_record(tier="cluster:a", producer_id="p1", sent=0, received=300, unique=300), 1, 1)
+    [row] = reconcile("orders", 60_000, 120_000, [p1, p2, p3, cluster], ["a"], FINAL)
+    assert row["tcp_timeout_pct_est"] == pytest.approx((3.0 * 300 + 1.0 * 100) / 400)
+    [row] = reconcile("orders", 60_000, 120_000, [p3, cluster], ["a"], FINAL)
+    assert row["tcp_timeout_pct_est"] is None
