@@ -20,6 +20,9 @@ DUP_SCALE = 1000.0
 
 QUANTILES = (0.05, 0.5, 0.95)
 
+MIN_INTERVAL_WIDTH = 1e-3
+"""Smallest P_l interval width (fraction) a ``scaled`` conformal offset multiplies (``ModelSpec``)."""
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -40,6 +43,11 @@ class ModelSpec:
         sigmoid_loss: Improved model only: P_l median through a sigmoid (True) or linear and clipped.
         features: The inputs, in order (names from :data:`~predictor.features.FEATURES`); a card from
             before the field existed reads :data:`~predictor.features.BASE_FEATURES` (paper Eq. 1).
+        loss_interval_score: How the conformal offset ``q_loss`` widens the P_l interval [lo, hi] of
+            the quantile heads: ``additive`` (CQR, Romano et al. 2019: [lo - q, hi + q]; cards from
+            before the field) or ``scaled`` (CQR-r, Sesia and Candes 2020: [lo - q w, hi + q w] with w =
+            max(hi - lo, :data:`MIN_INTERVAL_WIDTH`), so the heads' input-dependent width survives a
+            calibration set with one large miss; retrained models, :mod:`predictor.retrain`).
     """
 
     arch: Literal["improved", "paper"] = "improved"
@@ -54,6 +62,7 @@ class ModelSpec:
     sigmoid_loss: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
     features: tuple[str, ...] = FEATURES
+    loss_interval_score: Literal["additive", "scaled"] = "additive"
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict (tuples as lists)."""
@@ -183,10 +192,13 @@ class Ensemble(nn.Module):
         o = self.raw_outputs(x)
         dup_unit = 1.0 if self.spec.arch == "paper" else DUP_SCALE
         acks1 = x[:, 0]  # acks 0/1 is column 0 before scaling for both archs
+        widen = self.q_loss
+        if self.spec.loss_interval_score == "scaled":
+            widen = self.q_loss * (o["p_loss_hi"] - o["p_loss_lo"]).clamp(min=MIN_INTERVAL_WIDTH)
         res = {
             "p_loss": o["p_loss"],
-            "p_loss_lo": o["p_loss_lo"] - self.q_loss,
-            "p_loss_hi": o["p_loss_hi"] + self.q_loss,
+            "p_loss_lo": o["p_loss_lo"] - widen,
+            "p_loss_hi": o["p_loss_hi"] + widen,
             "p_dup": o["p_dup"] / dup_unit,
             "p_dup_lo": o["p_dup_lo"] / dup_unit - self.q_dup,
             "p_dup_hi": o["p_dup_hi"] / dup_unit + self.q_dup,

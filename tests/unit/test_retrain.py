@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import numpy as np
@@ -167,6 +168,34 @@ def test_interval_offset_covers_90_percent_of_its_rows_and_never_narrows():
     assert interval_offset(np.array([]), np.array([]), np.array([]), np.array([])) == 0.0
 
 
+def test_scaled_scores_keep_narrow_intervals_narrow_where_one_window_missed_by_far():
+    # 12 calm windows (heads [0, 0.002], nothing lost) and one burst the heads put at [0.05, 0.25]
+    # that lost 0.75: the additive offset is that miss for every window, the scaled one its multiple
+    # of the burst window's own width
+    lo = np.array([0.0] * 12 + [0.05])
+    hi = np.array([0.002] * 12 + [0.25])
+    mid, y = (lo + hi) / 2, np.array([0.0] * 12 + [0.75])
+    assert interval_offset(lo, mid, hi, y) == pytest.approx(0.5)
+    assert interval_offset(lo, mid, hi, y, scaled=True) == pytest.approx(0.5 / 0.2)
+    assert interval_offset(lo, mid, hi, np.full(13, 0.9), scaled=True) > 1  # no upper bound of 1
+
+
+def test_a_scaled_offset_widens_each_interval_by_a_multiple_of_its_width():
+    from predictor.nets import MIN_INTERVAL_WIDTH
+
+    scaled = copy.deepcopy(default_predictor().ensemble)
+    scaled.spec = dataclasses.replace(scaled.spec, loss_interval_score="scaled")
+    scaled.q_loss.fill_(1.5)
+    x = torch.from_numpy(features_for(scaled.spec, paper_heldout()))
+    with torch.inference_mode():
+        raw, out = scaled.raw_outputs(x), scaled(x)
+    width = (raw["p_loss_hi"] - raw["p_loss_lo"]).clamp(min=MIN_INTERVAL_WIDTH)
+    hi = torch.maximum((raw["p_loss_hi"] + 1.5 * width).clamp(0, 1), out["p_loss"])
+    lo = torch.minimum((raw["p_loss_lo"] - 1.5 * width).clamp(0, 1), out["p_loss"])
+    torch.testing.assert_close(out["p_loss_hi"], hi)
+    torch.testing.assert_close(out["p_loss_lo"], lo)
+
+
 # ------------------------------------------------------------------------------------ the decision
 def test_decide_promotes_only_when_all_criteria_hold():
     champion = _metrics(0.080, 0.0107, 0.45)
@@ -243,6 +272,7 @@ def test_retrain_is_deterministic_leaves_the_parent_and_fills_the_card():
     assert card["metrics"]["local_test"]["n"] == 40 and card["metrics"]["paper_heldout"]["n"] == 281
     assert card["trained_ranges"]["batch_num_messages"][1] >= 1_000
     assert card["interval"]["q_loss"] >= 0.0 and card["interval"]["n_calibration"] == 40
+    assert card["spec"]["loss_interval_score"] == "scaled"  # CQR-r: the offset is relative to the width
     assert a.weights_by_source == {"experiments.csv": 0.5, "local": 0.5}
     c = retrain(parent, local, [SHARED_DATA], seed=4, **FAST)
     assert not torch.equal(
@@ -256,6 +286,8 @@ def test_retrain_needs_enough_windows_and_the_columns():
         retrain(parent, deployment_windows(49, seed=1), [SHARED_DATA], **FAST)
     with pytest.raises(ConfigError, match="lack column"):
         retrain(parent, deployment_windows(60, seed=1).drop(columns=["n_sent"]), [SHARED_DATA], **FAST)
+    before_the_rate = deployment_windows(60, seed=1).drop(columns=["tcp_timeout_pct"])  # an older store
+    assert retrain(parent, before_the_rate, [SHARED_DATA], min_windows=50, **FAST).split.train.shape[0] == 36
 
 
 def test_as_training_rows_has_no_throughput_label():
