@@ -2,22 +2,23 @@
 
 Round 8 ran round 7's commands (``train.sh`` / ``holdout.sh``, every run at 2 ms polling) with the code
 before the rate existed, while ``sample.sh`` read the TCP counters of every network namespace each
-second (``netstat.txt``; the counter names in ``netstat-header.txt``). This script gives each stored
-window the rate its producer namespace measured over the window (``100 * delta TCPTimeouts / delta
-OutSegs``, what ``TcpRetransmitMeter`` measures per statistics interval), then retrains the shipped
-model offline exactly as the job's background retraining does (:func:`predictor.retrain.retrain`, its
-defaults, base data the paper's ``experiments.csv`` and ``data/testbed-batch-pktloss.csv``) on every
-training window, twice: with the measured rate, and with the rate at 0 (what the model knew before).
-Both challengers, the shipped model and the round's champion are scored on the held-out ``shift``
-runs' windows.
+second. This script gives each stored window the rate its producer namespace measured over the window
+(``100 * delta TCPTimeouts / delta OutSegs``, what ``TcpRetransmitMeter`` measures per statistics
+interval), then retrains the shipped model offline exactly as the job's background retraining does
+(:func:`predictor.retrain.retrain`, its defaults, base data the paper's ``experiments.csv`` and
+``data/testbed-batch-pktloss.csv``) on every training window, twice: with the measured rate, and with
+the rate at 0 (what the model knew before). Both, the shipped model and the round's champion as the
+job served it are scored on the held-out ``shift`` runs' windows.
 
-Usage: ``.venv/bin/python data/testbed-learning/rto-probe/offline.py ROUND_DIR`` (the ``L`` of the
-round: ``training/``, ``training-holdout/``, ``models/``, ``netstat.txt``, ``netstat-header.txt``);
-prints a table, writes ``windows-with-rate.csv`` beside this script.
+Usage: ``.venv/bin/python data/testbed-learning/rto-probe/offline.py data/testbed-learning/session25-round8``
+(a round's ``training-windows.csv``, ``holdout-windows.csv``, ``netstat.txt[.gz]``,
+``netstat-header.txt``); prints a table (``offline.txt``), writes ``windows-with-rate.csv`` beside this
+script. About 15 s on 2 cores.
 """
 
 from __future__ import annotations
 
+import gzip
 import sys
 import warnings
 from pathlib import Path
@@ -30,9 +31,7 @@ from rich.table import Table
 from predictor import SHARED_DATA
 from predictor.evaluate import metrics
 from predictor.model import Predictor
-from predictor.registry import ModelRegistry
 from predictor.retrain import as_training_rows, retrain
-from predictor.training_store import TrainingStore
 
 HERE = Path(__file__).parent
 BASE = [SHARED_DATA, HERE.parent.parent / "testbed-batch-pktloss.csv"]
@@ -47,7 +46,8 @@ def read_samples(path: Path, header: Path) -> pd.DataFrame:
     """
     names = {ln.split()[0]: ln.split()[1:] for ln in header.read_text().splitlines()}
     rows = []
-    for line in path.read_text().splitlines():
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    for line in text.splitlines():
         p = line.split()
         if "Tcp:" not in p or "TcpExt:" not in p:
             continue
@@ -84,9 +84,11 @@ def score(model: Predictor, held: pd.DataFrame) -> tuple[float, float]:
 def main(root: Path) -> None:
     """Print the table (module docstring)."""
     warnings.filterwarnings("ignore")
-    samples = read_samples(root / "netstat.txt", root / "netstat-header.txt")
-    train = TrainingStore(root / "training").load()
-    held = TrainingStore(root / "training-holdout").load()
+    counters = root / "netstat.txt"
+    counters = counters if counters.exists() else root / "netstat.txt.gz"
+    samples = read_samples(counters, root / "netstat-header.txt")
+    train = pd.read_csv(root / "training-windows.csv")
+    held = pd.read_csv(root / "holdout-windows.csv")
     train["tcp_timeout_pct"] = window_rates(train, samples)
     held["tcp_timeout_pct"] = window_rates(held, samples)
     both = pd.concat([train.assign(split="training"), held.assign(split="held-out")], ignore_index=True)
@@ -94,17 +96,26 @@ def main(root: Path) -> None:
     unknown = int(both["tcp_timeout_pct"].isna().sum())
     train, held = train.fillna({"tcp_timeout_pct": 0.0}), held.fillna({"tcp_timeout_pct": 0.0})
     held_rows = as_training_rows(held)
-    models: dict[str, Predictor] = {"shipped": Predictor.load(None)}
-    registry = ModelRegistry(root / "models")
-    champion = registry.champion_dir()
-    models[f"round's champion ({registry.champion_version()})"] = Predictor.load(champion)
     with_rate = retrain(Predictor.load(None), train, BASE, min_windows=30)
-    models["retrained, with the rate"] = with_rate.model
     without = retrain(Predictor.load(None), train.assign(tcp_timeout_pct=0.0), BASE, min_windows=30)
-    models["retrained, rate at 0"] = without.model
+    models = {
+        "shipped": Predictor.load(None),
+        "retrained offline, with the rate": with_rate.model,
+        "retrained offline, rate at 0": without.model,
+    }
     table = Table(title=f"{len(train)} training windows, {len(held)} held-out ({unknown} without a rate)")
     for col in ("model", "held-out MAE P_l", "coverage 90%", "paper MAE P_l", "local test MAE"):
         table.add_column(col, justify="left" if col == "model" else "right")
+    served = pd.DataFrame({c: held[f"pred_{c}"] for c in ("p_loss", "p_loss_lo", "p_loss_hi", "p_dup")})
+    m = metrics(served.assign(p_dup_lo=0.0, p_dup_hi=1.0, throughput_msgs_per_s=np.nan), held_rows)
+    versions = ", ".join(sorted(held["model_version"].astype(str).unique()))
+    table.add_row(
+        f"the round's champion as served ({versions})",
+        f"{m['mae_p_loss']:.3f}",
+        f"{m['coverage_90_p_loss']:.0%}",
+        "-",
+        "-",
+    )
     for name, model in models.items():
         mae, cover = score(model, held_rows)
         card = model.card.get("metrics", {})

@@ -8,7 +8,7 @@ over the window), and the Spearman rank correlation of R_l with L and with the r
 windows.
 
 Usage: ``.venv/bin/python data/testbed-learning/rto-probe/probe.py RUN_DIR`` (``windows.csv``,
-``stages.json``, ``netstat.txt``, ``netstat-header.txt``; e.g. ``shift-default-p2/``).
+``stages.json``, ``netstat.txt.gz``, ``netstat-header.txt``; e.g. ``shift-default-p2/``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def main(run: Path) -> None:
     stages = json.loads((run / "stages.json").read_text())["stages"]
     window_ms = int(np.diff(windows["window_start_ms"]).min())
     windows["window_end_ms"] = windows["window_start_ms"] + window_ms
-    windows["rate"] = window_rates(windows, read_samples(run / "netstat.txt", run / "netstat-header.txt"))
+    windows["rate"] = window_rates(windows, read_samples(run / "netstat.txt.gz", run / "netstat-header.txt"))
     ends = np.cumsum([s["sent"] for s in stages])
     windows["stage"] = [
         stages[min(i, len(stages) - 1)]["name"]
