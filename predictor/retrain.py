@@ -425,8 +425,12 @@ def _fine_tune(
     ensemble.eval()
 
 
-def _calibrate(ensemble: Any, calibration: pd.DataFrame) -> tuple[float, float | None]:
+def calibration_offsets(ensemble: Any, calibration: pd.DataFrame) -> tuple[float, float | None]:
     """Return the conformal offsets (q_loss, q_dup; q_dup None without acks=1 rows) on ``calibration``.
+
+    ``q_loss`` follows ``ensemble.spec.loss_interval_score`` (additive fraction, or a multiple of each
+    interval's width for ``scaled``); ``q_dup`` is additive (fraction). ``calibration``: training-store
+    rows (the :data:`~predictor.features.FEATURES` columns, ``p_loss``, ``p_dup``, ``acks``).
 
     Scores come from the unclipped member-averaged outputs, so they are exact for the clamping in
     :meth:`~predictor.nets.Ensemble.forward`.
@@ -530,7 +534,7 @@ def retrain(
     _fine_tune(
         ensemble, x, torch.from_numpy(y), weights, seed=seed, steps=steps, batch_size=batch_size, lr=lr
     )
-    q_loss, q_dup = _calibrate(ensemble, split.calibration)
+    q_loss, q_dup = calibration_offsets(ensemble, split.calibration)
     ensemble.q_loss.fill_(q_loss)
     ensemble.q_dup.fill_(float(parent.ensemble.q_dup) if q_dup is None else q_dup)
 

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from predictor.model import Predictor
-from predictor.retrain import _calibrate, as_training_rows
+from predictor.retrain import as_training_rows, calibration_offsets
 
 HERE = Path(__file__).parent
 ROUNDS = {"round 7": HERE / "session24-gate", "round 8": HERE / "session25-round8"}
@@ -59,7 +59,7 @@ def main() -> None:
             ensemble = model.ensemble
             if mode is not None:
                 ensemble.spec = dataclasses.replace(ensemble.spec, loss_interval_score=mode)
-                ensemble.q_loss.fill_(_calibrate(ensemble, calibration)[0])
+                ensemble.q_loss.fill_(calibration_offsets(ensemble, calibration)[0])
             else:
                 ensemble.q_loss.fill_(0.0)
             cover, width = served(model, held)
