@@ -24,6 +24,26 @@ MIN_OUT_SEGMENTS = 20
 """Fewer TCP segments than this since the last estimate: too few for a new ratio; keep accumulating."""
 
 
+def _read_mib(path: Path, section: str, names: tuple[str, ...]) -> tuple[int, ...] | None:
+    """Return the named counters of one section of a ``/proc/net`` MIB file, in ``names`` order.
+
+    The file holds, per section, a header line (``<section> name name ...``) and a values line
+    (``<section> value value ...``). Returns None when the file is unreadable or lacks the section or a
+    counter.
+    """
+    try:
+        lines = [ln.split() for ln in path.read_text().splitlines() if ln.startswith(section)]
+    except OSError:
+        return None
+    if len(lines) < 2:
+        return None
+    fields = dict(zip(lines[0][1:], lines[1][1:], strict=False))
+    try:
+        return tuple(int(fields[name]) for name in names)
+    except (KeyError, ValueError):
+        return None
+
+
 def read_tcp_counters(path: Path = SNMP_PATH) -> tuple[int, int] | None:
     """Return the cumulative TCP ``(OutSegs, RetransSegs)`` of this network namespace.
 
@@ -31,17 +51,8 @@ def read_tcp_counters(path: Path = SNMP_PATH) -> tuple[int, int] | None:
     values (RFC 1213 tcpOutSegs, tcpRetransSegs). Returns None when the file is missing or unreadable
     (not Linux, no ``/proc``).
     """
-    try:
-        lines = [ln.split() for ln in path.read_text().splitlines() if ln.startswith("Tcp:")]
-    except OSError:
-        return None
-    if len(lines) < 2:
-        return None
-    fields = dict(zip(lines[0][1:], lines[1][1:], strict=False))
-    try:
-        return int(fields["OutSegs"]), int(fields["RetransSegs"])
-    except (KeyError, ValueError):
-        return None
+    counters = _read_mib(path, "Tcp:", ("OutSegs", "RetransSegs"))
+    return None if counters is None else (counters[0], counters[1])
 
 
 def read_tcp_timeouts(path: Path = NETSTAT_PATH) -> int | None:
@@ -51,17 +62,8 @@ def read_tcp_timeouts(path: Path = NETSTAT_PATH) -> int | None:
     with their values (Linux ``LINUX_MIB_TCPTIMEOUTS``: the retransmission timer fired, RFC 6298).
     Returns None when the file or the counter is missing (not Linux, no ``/proc``).
     """
-    try:
-        lines = [ln.split() for ln in path.read_text().splitlines() if ln.startswith("TcpExt:")]
-    except OSError:
-        return None
-    if len(lines) < 2:
-        return None
-    fields = dict(zip(lines[0][1:], lines[1][1:], strict=False))
-    try:
-        return int(fields["TCPTimeouts"])
-    except (KeyError, ValueError):
-        return None
+    counters = _read_mib(path, "TcpExt:", ("TCPTimeouts",))
+    return None if counters is None else counters[0]
 
 
 class TcpRetransmitMeter:
