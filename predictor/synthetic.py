@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from predictor.features import BASE_FEATURES, OPTIONAL
+from predictor.features import BASE_FEATURES, with_defaults
 from predictor.training_store import COLUMNS, LOCAL_SOURCE
 
 START_MS = 1_767_225_600_000
@@ -89,9 +89,8 @@ def deployment_windows(
     for name in ("pred_p_loss", "pred_p_loss_lo", "pred_p_loss_hi", "pred_p_dup"):
         frame[name] = np.nan
     frame["source"] = LOCAL_SOURCE
-    for name, default in OPTIONAL.items():  # the synthetic network has no retransmission-timeout rate
-        frame[name] = default
-    return frame[list(COLUMNS)]
+    # the synthetic network has no retransmission-timeout rate: the optional features at their default
+    return with_defaults(frame)[list(COLUMNS)]
 
 
 def shuffle_loss(frame: pd.DataFrame, seed: int = 0, rows: np.ndarray | None = None) -> pd.DataFrame:

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from kafka_plumbing.errors import ConfigError
-from predictor.features import FEATURES, OPTIONAL, valid_rows, with_defaults
+from predictor.features import FEATURES, valid_rows, with_defaults
 
 SKIP_REASONS: tuple[str, ...] = (
     "downstream_tier",
@@ -137,9 +137,7 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
             out[name] = pd.to_numeric(col, errors="coerce").astype("int64")
         else:
             out[name] = _num(col)
-    for name, default in OPTIONAL.items():
-        out[name] = out[name].fillna(default)
-    return out
+    return with_defaults(out)
 
 
 def training_frame(
