@@ -26,6 +26,10 @@ only if all three hold (:func:`decide`):
     consistent with a calibrated 90% interval, so (c) fails only when that interval lies wholly outside
     80%-97%.
 
+A promoted challenger is served with its interval recalibrated on the calibration and test windows
+together (:func:`predictor.retrain.recalibrate`); the decision's numbers stay those of the interval it
+judged.
+
 :func:`run_retraining` is the whole background job the live Spark job starts as a subprocess
 (``kafka-audit predictor retrain --registry R --from-results T``): it saves every challenger as the next
 version, records the decision in the registry's ``decisions.jsonl`` and, if promoted, moves
@@ -41,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from predictor.model import Predictor
 from predictor.registry import ModelRegistry, model_version
 from predictor.retrain import (
@@ -49,6 +55,7 @@ from predictor.retrain import (
     RetrainResult,
     baseline_mae,
     evaluate,
+    recalibrate,
     retrain,
 )
 from predictor.training_store import open_store
@@ -261,7 +268,9 @@ def challenge(
     """Retrain a challenger from ``champion`` on ``local`` (store rows) + ``base_paths`` and decide.
 
     Both models are evaluated on the same local test split and paper held-back split. The challenger's
-    card gets ``version``, the champion's numbers (``metrics.champion``) and the ``decision``.
+    card gets ``version``, the champion's numbers (``metrics.champion``) and the ``decision``; a promoted
+    challenger's interval is then recalibrated on the calibration and test windows
+    (:func:`predictor.retrain.recalibrate`; the decision's numbers are those of the interval it judged).
 
     Raises:
         ConfigError: as :func:`predictor.retrain.retrain`.
@@ -288,6 +297,8 @@ def challenge(
         **{k: {n: v for n, v in m.items() if n != "families"} for k, m in champion_metrics.items()},
     }
     card["decision"] = decision.to_json()
+    if decision.promoted:
+        recalibrate(result.model, pd.concat([result.split.calibration, result.split.test], ignore_index=True))
     return result, decision
 
 

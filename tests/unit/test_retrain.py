@@ -23,8 +23,10 @@ from predictor.retrain import (
     add_inputs,
     as_training_rows,
     baseline_mae,
+    calibration_offsets,
     interval_offset,
     paper_heldout,
+    recalibrate,
     restandardise,
     retrain,
     source_weights,
@@ -280,6 +282,28 @@ def test_retrain_is_deterministic_leaves_the_parent_and_fills_the_card():
     )
 
 
+def test_recalibrate_takes_the_offset_from_the_given_windows_and_keeps_the_decisions():
+    result = retrain(default_predictor(), deployment_windows(200, seed=5), [SHARED_DATA], seed=3, **FAST)
+    model, split = result.model, result.split
+    judged = float(model.ensemble.q_loss)
+    newest = pd.concat([split.calibration, split.test], ignore_index=True)
+    recalibrate(model, newest)
+    interval = model.card["interval"]
+    assert interval["q_loss_at_decision"] == pytest.approx(judged)
+    assert interval["n_calibration"] == 80 and interval["calibration_ms"] == [
+        int(split.calibration["window_start_ms"].min()),
+        int(split.test["window_end_ms"].max()),
+    ]
+    assert interval["q_loss"] == pytest.approx(calibration_offsets(model.ensemble, newest)[0])
+    assert float(model.ensemble.q_loss) == pytest.approx(interval["q_loss"])
+    served = model.predict(as_training_rows(newest))
+    y = newest["p_loss"]
+    inside = (y >= served["p_loss_lo"] - 1e-9) & (y <= served["p_loss_hi"] + 1e-9)
+    assert inside.mean() >= 0.9  # split conformal on these very windows covers at least ceil(81 * 0.9) / 80
+    recalibrate(model, newest.iloc[:0])  # no rows: unchanged
+    assert model.card["interval"]["n_calibration"] == 80
+
+
 def test_retrain_needs_enough_windows_and_the_columns():
     parent = default_predictor()
     with pytest.raises(ConfigError, match="--min-windows 50"):
@@ -309,6 +333,9 @@ def test_run_retraining_saves_records_and_promotes(tmp_path):
     card = json.loads((tmp_path / "models" / "v0001" / "card.json").read_text())
     assert card["version"] == "v0001" and card["decision"] == first.to_json()
     assert card["metrics"]["champion"]["version"] == SHIPPED_VERSION
+    # a promoted challenger serves an interval recalibrated on the 80 calibration and 80 test windows
+    assert card["interval"]["n_calibration"] == (160 if first.promoted else 80)
+    assert ("q_loss_at_decision" in card["interval"]) == first.promoted
     reg.promote("v0001")  # whatever it decided: the next challenger starts from v0001
     second = run_retraining(reg, store.root, [SHARED_DATA], **FAST)
     assert (second.challenger_version, second.champion_version) == ("v0002", "v0001")

@@ -141,7 +141,7 @@ def test_shipped_scenarios_and_variants():
         assert default != tuned
         with pytest.raises(ConfigError, match="allowed values are default, tuned"):
             sc.stage_config(sc.stages[0], "fast")
-    with pytest.raises(ConfigError, match="shipped: game, shift, social, weblog"):
+    with pytest.raises(ConfigError, match="shipped: bursts, game, shift, social, weblog"):
         load_scenario("nope")
 
 
