@@ -154,6 +154,19 @@ class RetrainResult:
     weights_by_source: dict[str, float] = field(default_factory=dict)
 
 
+def portable_path(path: Path) -> str:
+    """Return ``path`` relative to the repository if inside it, else as given (for the model card).
+
+    A card names its base data by a path that holds on every clone (``data/wu2020/experiments.csv``), not the
+    absolute path of the machine that retrained it (the sha256 beside it identifies the content).
+    """
+    root = SHARED_DATA.parents[2]
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return str(path)
+
+
 def as_training_rows(local: pd.DataFrame) -> pd.DataFrame:
     """Return local store rows in :func:`predictor.data.load`'s layout.
 
@@ -599,7 +612,7 @@ def retrain(
             "threads": threads,
             "data": [
                 {
-                    "file": str(p),
+                    "file": portable_path(p),
                     "sha256": data_mod.file_sha256(p),
                     "rows": int((base["source"] == p.name).sum()) if base is not None else 0,
                 }
