@@ -71,12 +71,7 @@ def firing_alerts_annotation(expr: str) -> AnnotationQuery:
         expr: PromQL on ``kafka_audit_alerts_firing`` (e.g. filtered by the dashboard's ``$topic``).
     """
     return (
-        AnnotationQuery()
-        .name(FIRING_ALERTS)
-        .datasource(PROMETHEUS)
-        .enable(True)
-        .icon_color("red")
-        .expr(expr)
+        AnnotationQuery().name(FIRING_ALERTS).datasource(PROMETHEUS).enable(True).icon_color("red").expr(expr)
     )
 
 

@@ -311,28 +311,32 @@ def _prediction_row(d: Dashboard) -> Dashboard:
 
 def _control_row(d: Dashboard) -> Dashboard:
     """Add the control loop's row: its decisions per producer group over time, and its kill switch."""
-    changes = timeseries(
-        "Configuration changes",
-        "Decisions of the control loop per interval, per producer group: change (a new configuration "
-        "written to the control topic), rollback (measured gamma got worse), kept (it did not), advice "
-        "(advise mode or kill switch: not written); and suggestions a guardrail held back, by reason "
-        "(bounds, margin, rolled_back, evaluating, dwell, not_applied). Changes and rollbacks are also "
-        "annotations.",
-        [
-            query(
-                "sum by (group, kind) (increase("
-                f'kafka_audit_control_decisions_total{{kind!="held"}}[{RATE}]))',
-                "{{kind}} {{group}}",
-            ),
-            query(
-                "sum by (group, reason) (increase("
-                f'kafka_audit_control_decisions_total{{kind="held"}}[{RATE}]))',
-                "held: {{reason}} {{group}}",
-            ),
-        ],
-        "short",
-        width=18,
-    ).draw_style(GraphDrawStyle.BARS).fill_opacity(60)
+    changes = (
+        timeseries(
+            "Configuration changes",
+            "Decisions of the control loop per interval, per producer group: change (a new configuration "
+            "written to the control topic), rollback (measured gamma got worse), kept (it did not), advice "
+            "(advise mode or kill switch: not written); and suggestions a guardrail held back, by reason "
+            "(bounds, margin, rolled_back, evaluating, dwell, not_applied). Changes and rollbacks are also "
+            "annotations.",
+            [
+                query(
+                    "sum by (group, kind) (increase("
+                    f'kafka_audit_control_decisions_total{{kind!="held"}}[{RATE}]))',
+                    "{{kind}} {{group}}",
+                ),
+                query(
+                    "sum by (group, reason) (increase("
+                    f'kafka_audit_control_decisions_total{{kind="held"}}[{RATE}]))',
+                    "held: {{reason}} {{group}}",
+                ),
+            ],
+            "short",
+            width=18,
+        )
+        .draw_style(GraphDrawStyle.BARS)
+        .fill_opacity(60)
+    )
     kill = stat(
         "Control kill switch",
         "On while the control loop's global kill switch is on (setting, the file control.kill in the "

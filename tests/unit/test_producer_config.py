@@ -35,8 +35,18 @@ def test_bad_acks_names_the_key_and_the_allowed_values():
 
 @pytest.mark.parametrize(
     ("value", "canonical", "zero_one"),
-    [("0", "0", 0), (0, "0", 0), ("1", "1", 1), (1, "1", 1), (1.0, "1", 1), (" ALL ", "all", 1),
-     ("all", "all", 1), ("-1", "all", 1), (-1, "all", 1), (np.int64(0), "0", 0)],
+    [
+        ("0", "0", 0),
+        (0, "0", 0),
+        ("1", "1", 1),
+        (1, "1", 1),
+        (1.0, "1", 1),
+        (" ALL ", "all", 1),
+        ("all", "all", 1),
+        ("-1", "all", 1),
+        (-1, "all", 1),
+        (np.int64(0), "0", 0),
+    ],
 )
 def test_acks_has_one_canonical_form_and_the_predictor_derives_its_0_1(value, canonical, zero_one):
     assert canonical_acks(value) == canonical

@@ -535,7 +535,6 @@ def test_live_comparison_and_training_take_the_first_tier_only():
     assert skip_reason(rows[0]) != "downstream_tier"
 
 
-
 def test_cli_names_clusters_and_mirror_directories(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
