@@ -29,10 +29,10 @@ lint: bootstrap
 	$(VENV)/bin/ruff format --check . || true
 
 bench: bootstrap  ## benchmarks (not tests): print tables with ratios against baselines
-	$(PY) bench/audit_consumer.py
-	$(PY) bench/producer.py
-	$(PY) bench/spark_reconciliation.py
-	$(PY) bench/retrain.py
+	$(PY) lab/bench/audit_consumer.py
+	$(PY) lab/bench/producer.py
+	$(PY) lab/bench/spark_reconciliation.py
+	$(PY) lab/bench/retrain.py
 
 clean:
 	rm -rf var build .pytest_cache .ruff_cache

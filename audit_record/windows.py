@@ -15,7 +15,7 @@ def window_start(timestamp_ms: int, window_ms: int = DEFAULT_WINDOW_MS) -> int:
     """Return the start (ms since epoch UTC, inclusive) of the window holding ``timestamp_ms``.
 
     The definition of a window. The per-message hot paths (``AuditedProducer.produce`` and its delivery
-    reports, :func:`audit_consumer.counts.count_batch`, :func:`testbed.verify.tally`) inline
+    reports, :func:`audit_consumer.counts.count_batch`, :func:`audit_consumer.ground_truth.tally`) inline
     ``ts - ts % window_ms`` instead of calling it; a property test checks that each agrees with it on
     random timestamps (negative ones included) and window lengths.
 

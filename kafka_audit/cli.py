@@ -406,8 +406,8 @@ def verify(
     bootstrap_servers: Bootstrap = None,
 ) -> None:
     """Ground truth: read the whole topic and count sent / lost / duplicated per window and producer."""
-    from testbed.report import compare_with_cluster, verification_table
-    from testbed.verify import verify_topic
+    from kafka_audit.verification_report import compare_with_cluster, verification_table
+    from audit_consumer.ground_truth import verify_topic
 
     config = {"bootstrap.servers": _bootstrap(bootstrap_servers)}
     try:
@@ -451,7 +451,7 @@ def demo(
     ),
 ) -> None:
     """Start a local Kafka, run three audited producers and the audit consumer, verify every window."""
-    from testbed.demo import run_demo
+    from kafka_audit.demo import run_demo
 
     logging.basicConfig(level=logging.WARNING)
     try:
@@ -780,13 +780,33 @@ def _print_instance(st: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------- commands of other packages
 # Each package owns its commands: ``<package>/cli.py`` defines ``register(app)``. They import heavy
 # libraries (torch, matplotlib, grafana) inside the command bodies, so ``kafka-audit --help`` stays fast.
-def _register_package_commands() -> None:
-    import importlib
+# Commands of other distributions (the lab's ``testbed`` and ``soak``) arrive through the entry-point
+# group ``kafka_audit.commands``: each entry point names a ``register(app)`` function.
+COMMANDS_ENTRY_POINT_GROUP = "kafka_audit.commands"
 
-    for package in ("testbed", "soak", "predictor", "alerts", "dashboards", "control_loop"):
-        module = importlib.import_module(f"{package}.cli")
-        module.register(app)
-    importlib.import_module("kafka_audit.mirror_cli").register(app)  # `mirror ...` and `tiers`
+
+def _register_package_commands() -> None:
+    from importlib.metadata import entry_points
+
+    from alerts.cli import register as register_alerts
+    from control_loop.cli import register as register_control_loop
+    from dashboards.cli import register as register_dashboards
+    from kafka_audit.mirror_cli import register as register_mirror
+    from predictor.cli import register as register_predictor
+
+    for register in (
+        register_predictor,
+        register_alerts,
+        register_dashboards,
+        register_control_loop,
+        register_mirror,  # `mirror ...` and `tiers`
+    ):
+        register(app)
+    for entry_point in entry_points(group=COMMANDS_ENTRY_POINT_GROUP):
+        try:
+            entry_point.load()(app)
+        except ImportError as exc:  # a broken plugin must not take the product's CLI down with it
+            logging.getLogger(__name__).warning("kafka-audit: commands %r not loaded: %s", entry_point.name, exc)
 
 
 _register_package_commands()

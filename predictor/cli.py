@@ -21,7 +21,7 @@ predictor_app = typer.Typer(
     help=(
         "Predict P_l, P_d (90% intervals) and throughput from the producer configuration and the network "
         "(PyTorch; Wu, Shang, Wolter 2020, Eq. 1). Acceptance check of the shipped model: "
-        "`kafka-audit predictor evaluate --json` (held-back 20% of data/wu2020/experiments.csv)."
+        "`kafka-audit predictor evaluate --json` (held-back 20% of predictor/base_data/wu2020/experiments.csv)."
     ),
     no_args_is_help=True,
 )
@@ -222,8 +222,8 @@ def evaluate_cmd(
     """MAE of P_l and P_d, 90% interval coverage, per experiment family.
 
     Acceptance: `kafka-audit predictor evaluate --json` evaluates the shipped model on the held-back 20% of
-    data/wu2020/experiments.csv (MAE P_l < 0.02, coverage >= 0.85); spelled out: `kafka-audit predictor
-    evaluate --data data/wu2020/experiments.csv --split heldout --json`.
+    predictor/base_data/wu2020/experiments.csv (MAE P_l < 0.02, coverage >= 0.85); spelled out: `kafka-audit predictor
+    evaluate --data predictor/base_data/wu2020/experiments.csv --split heldout --json`.
     """
     from predictor.model import Predictor
     from predictor.pipeline import evaluate_model

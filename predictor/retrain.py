@@ -155,12 +155,13 @@ class RetrainResult:
 
 
 def portable_path(path: Path) -> str:
-    """Return ``path`` relative to the repository if inside it, else as given (for the model card).
+    """Return ``path`` relative to the directory holding the product's packages if inside it, else as given.
 
-    A card names its base data by a path that holds on every clone (``data/wu2020/experiments.csv``), not the
-    absolute path of the machine that retrained it (the sha256 beside it identifies the content).
+    A card names its base data by a path that holds on every install and clone
+    (``predictor/base_data/wu2020/experiments.csv``: relative to the repository or to site-packages), not
+    the absolute path of the machine that retrained it (the sha256 beside it identifies the content).
     """
-    root = SHARED_DATA.parents[2]
+    root = SHARED_DATA.parents[3]
     try:
         return str(path.resolve().relative_to(root))
     except ValueError:

@@ -26,7 +26,8 @@ PY="${PYTHON:-python3.11}"
 deps_key=$("$PY" - <<'PYEOF'
 import hashlib, tomllib
 p = tomllib.load(open("pyproject.toml", "rb"))["project"]
-text = "\n".join(sorted(p["dependencies"]) + sorted(p["optional-dependencies"]["dev"]) + [p["requires-python"]])
+lab = [d for d in tomllib.load(open("lab/pyproject.toml", "rb"))["project"]["dependencies"] if d != "kafka-audit"]
+text = "\n".join(sorted(p["dependencies"] + lab) + sorted(p["optional-dependencies"]["dev"]) + [p["requires-python"]])
 print(hashlib.sha256(text.encode()).hexdigest()[:16])
 PYEOF
 )
@@ -39,14 +40,16 @@ if [ ! -f "$VENV/.complete" ]; then
   "$VENV/bin/python" - <<'PYEOF' > "$VENV/requirements.txt"
 import tomllib
 p = tomllib.load(open("pyproject.toml", "rb"))["project"]
-print("\n".join(p["dependencies"] + p["optional-dependencies"]["dev"]))
+lab = [d for d in tomllib.load(open("lab/pyproject.toml", "rb"))["project"]["dependencies"] if d != "kafka-audit"]
+print("\n".join(p["dependencies"] + p["optional-dependencies"]["dev"] + lab))
 PYEOF
   "$VENV/bin/pip" install -q -r "$VENV/requirements.txt"
   touch "$VENV/.complete"
 fi
 ln -sfn "$VENV" .venv
-# The project itself: an editable install pointing at this clone (no dependency resolution, ~2 s).
-.venv/bin/pip install -q --no-deps --no-build-isolation --config-settings editable_mode=compat -e . >/dev/null
+# The product and the lab (lab/): editable installs pointing at this clone (no dependency resolution, ~4 s).
+# The lab's entry points register `kafka-audit testbed ...` and `kafka-audit soak ...`.
+.venv/bin/pip install -q --no-deps --no-build-isolation --config-settings editable_mode=compat -e . -e lab >/dev/null
 
 # 3. JVM jars from Maven Central, keyed by the pom: the broker (kafka), Spark's Kafka connector (spark),
 #    the Prometheus JMX exporter java agent the local brokers run with (jmx-exporter), MirrorMaker 2 (mirror).

@@ -15,7 +15,7 @@ from typing import Any
 from audit_record import PRODUCER_TIER, AuditRecord, cluster_tier, window_result
 from audit_record.record import COUNT_FIELDS
 from audit_record.tiers import TierOrder
-from spark_streaming.rates import completeness, duplicate_rate, loss_rate
+from audit_record.rates import completeness, duplicate_rate, loss_rate
 
 _KEEP = (
     "tier",
@@ -298,7 +298,7 @@ def reconcile(
             :meth:`audit_record.tiers.TierOrder.derive`); rows come in that order, with the tier fields
             of :func:`add_tier_view`.
 
-    R_l, R_d and completeness follow Eq. 3 over the window (:mod:`spark_streaming.rates`); unique and
+    R_l, R_d and completeness follow Eq. 3 over the window (:mod:`audit_record.rates`); unique and
     duplicated count only producers that reported (the rest are ``unaudited_producers``). The network
     estimates of the predictor's inputs (Eq. 1): ``delay_ms_est`` D = the producers' mean smallest
     broker RTT of the window (``rtt_min_ms``, ms: the delay the network adds to a round trip, as NetEm's

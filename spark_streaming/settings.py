@@ -108,7 +108,7 @@ class SparkJobSettings(BaseSettings):
         retrain_every_minutes: Minutes after which a retraining starts with at least
             ``retrain_min_windows`` new stored windows.
         retrain_min_windows: See ``retrain_every_minutes``; also the retraining's ``--min-windows``.
-        retrain_data: Base data of the retraining beside the paper's ``data/wu2020/experiments.csv``
+        retrain_data: Base data of the retraining beside the paper's ``predictor/base_data/wu2020/experiments.csv``
             (testbed grid CSVs, same columns).
         calibration_windows: Rolling window of the live calibration check, final windows per model
             version.

@@ -14,7 +14,7 @@ topic:
 
 * the Spark job's window result puts the loss in those partitions, with that broker as their leader;
 * each partition's ``lost`` equals the verifier's missing sequence numbers of that partition (the topic
-  read in full, ``testbed.verify``) and the failed delivery reports the producer's own callback
+  read in full, ``audit_consumer.ground_truth``) and the failed delivery reports the producer's own callback
   recorded, every missing message having one (a failed report whose message is in the topic anyway,
   librdkafka's "possibly persisted" timeout on a stalled host, is counted and printed, not lost);
 * the completeness alert (``KafkaAuditCompletenessBelowTarget``, in the alerts topic) names the
@@ -47,7 +47,7 @@ from kafka_plumbing.local_cluster import KafkaCluster
 from kafka_plumbing.topics import ensure_topic, read_to_end
 from spark_streaming.job import ReconciliationJob
 from spark_streaming.settings import SparkJobSettings
-from testbed.verify import verify_topic
+from audit_consumer.ground_truth import verify_topic
 from tests.conftest import unique_name
 
 from .helpers import CLUSTER, consumer_settings, running_consumer, wait_for

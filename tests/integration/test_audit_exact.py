@@ -12,8 +12,8 @@ from audit_producer.load import run_load
 from audit_record import cluster_tier, stamp
 from audit_record.reader import read_audit_log
 from audit_record.stamp import STAMP_HEADER
-from testbed.report import cluster_counts, compare_with_cluster
-from testbed.verify import verify_topic
+from kafka_audit.verification_report import cluster_counts, compare_with_cluster
+from audit_consumer.ground_truth import verify_topic
 
 from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
 

@@ -26,7 +26,7 @@ from audit_record.stamp import decode as decode_stamp
 from audit_record.stamp import stamp_of
 from kafka_plumbing.topics import CONTROL_TOPIC_CONFIG, ensure_topic, read_to_end
 from spark_streaming.reconcile import compact, reconcile
-from testbed.verify import verify_topic
+from audit_consumer.ground_truth import verify_topic
 from tests.conftest import unique_name
 
 from .helpers import wait_for

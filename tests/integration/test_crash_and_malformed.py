@@ -21,8 +21,8 @@ from audit_record.dead_letter import REASON_HEADER
 from audit_record.reader import read_audit_log
 from audit_record.stamp import STAMP_HEADER
 from kafka_plumbing.topics import read_to_end
-from testbed.report import cluster_counts, compare_with_cluster
-from testbed.verify import verify_topic
+from kafka_audit.verification_report import cluster_counts, compare_with_cluster
+from audit_consumer.ground_truth import verify_topic
 
 from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
 

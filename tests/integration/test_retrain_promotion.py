@@ -1,6 +1,6 @@
 """Champion / challenger with real training on real data: a challenger trained on shuffled R_l is rejected.
 
-No Kafka: the training store holds windows of a synthetic deployment (``predictor.synthetic``: a
+No Kafka: the training store holds windows of a synthetic deployment (``testbed.synthetic``: a
 network unlike the paper's, in stages, with binomial noise), the base data is the paper's
 ``experiments.csv``, and retraining runs as the live job runs it, ``python -m kafka_audit predictor
 retrain --registry R --from-results T`` in a separate process (default steps and 2 threads).
@@ -23,7 +23,7 @@ import pytest
 
 from predictor.registry import SHIPPED_VERSION, ModelRegistry
 from predictor.retrain import TEST_FRACTION
-from predictor.synthetic import deployment_windows, shuffle_loss
+from testbed.synthetic import deployment_windows, shuffle_loss
 from predictor.training_store import TrainingStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

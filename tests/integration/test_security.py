@@ -28,8 +28,8 @@ from kafka_plumbing.topics import ensure_topic
 from spark_streaming.job import ReconciliationJob
 from spark_streaming.results import final_results, read_results
 from spark_streaming.settings import SparkJobSettings
-from testbed.report import cluster_counts, compare_with_cluster
-from testbed.verify import verify_topic
+from kafka_audit.verification_report import cluster_counts, compare_with_cluster
+from audit_consumer.ground_truth import verify_topic
 
 from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
 

@@ -26,7 +26,7 @@ from kafka_plumbing.topics import ensure_topic, read_to_end
 from spark_streaming.job import ReconciliationJob
 from spark_streaming.results import final_results, read_results
 from spark_streaming.settings import SparkJobSettings
-from testbed.verify import verify_topic
+from audit_consumer.ground_truth import verify_topic
 
 from .helpers import CLUSTER, consumer_settings, running_consumer, wait_for
 

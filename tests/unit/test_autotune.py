@@ -767,8 +767,8 @@ def test_run_load_returns_the_configuration_events(load_producer, monkeypatch) -
 
 # ---------------------------------------------------------------------------------------------- verifier
 def test_the_verifier_adds_up_the_snapshots_of_a_producer(monkeypatch, no_network) -> None:
-    """testbed.verify takes sent from the producer snapshots: extra configuration snapshots add 0."""
-    import testbed.verify as verify_module
+    """audit_consumer.ground_truth takes sent from the producer snapshots: extra configuration snapshots add 0."""
+    import audit_consumer.ground_truth as verify_module
     from audit_record.reader import SnapshotTable
 
     p, old, snapshots = audited()

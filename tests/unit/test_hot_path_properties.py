@@ -4,7 +4,7 @@ The references are :func:`audit_record.stamp.encode` / :func:`~audit_record.stam
 :func:`~audit_record.stamp.stamp_of`, :func:`audit_record.windows.window_start` and
 :meth:`audit_consumer.counts.PartitionCounts.observe`. The code under test is the very code the hot
 paths run: ``AuditedProducer.produce`` and its delivery-report counting (with fake librdkafka clients),
-:func:`audit_consumer.counts.count_batch` (the audit consumer's loop) and :func:`testbed.verify.tally`
+:func:`audit_consumer.counts.count_batch` (the audit consumer's loop) and :func:`audit_consumer.ground_truth.tally`
 (the verifier's loop), fed random timestamps (negative and int64 edges included), window lengths,
 producer ids, sequences (with duplicates) and malformed stamps.
 """
@@ -36,7 +36,7 @@ from audit_record.stamp import (
     stamp_of,
 )
 from audit_record.stamp import decode as decode_stamp
-from testbed.verify import tally
+from audit_consumer.ground_truth import tally
 
 PROPERTY = settings(
     max_examples=100,

@@ -32,7 +32,7 @@ from predictor.retrain import (
     source_weights,
     split_local,
 )
-from predictor.synthetic import deployment_windows, shuffle_loss
+from testbed.synthetic import deployment_windows, shuffle_loss
 from predictor.train import features_for
 from predictor.training_store import TrainingStore
 
@@ -274,7 +274,7 @@ def test_retrain_is_deterministic_leaves_the_parent_and_fills_the_card():
     assert card["metrics"]["local_test"]["n"] == 40 and card["metrics"]["paper_heldout"]["n"] == 281
     assert card["trained_ranges"]["batch_num_messages"][1] >= 1_000
     assert card["interval"]["q_loss"] >= 0.0 and card["interval"]["n_calibration"] == 40
-    assert card["data"][0]["file"] == "data/wu2020/experiments.csv"  # no machine's absolute path
+    assert card["data"][0]["file"] == "predictor/base_data/wu2020/experiments.csv"  # no machine's absolute path
     assert card["spec"]["loss_interval_score"] == "scaled"  # CQR-r: the offset is relative to the width
     assert a.weights_by_source == {"experiments.csv": 0.5, "local": 0.5}
     c = retrain(parent, local, [SHARED_DATA], seed=4, **FAST)

@@ -16,7 +16,7 @@ from testbed.grid import CSV_COLUMNS, GridSpec, append_row, csv_row, done_keys, 
 from testbed.impairment import BernoulliLoss, Delay, GilbertElliottLoss, Impairment, LossProcess
 from testbed.scenario import load_scenario, shipped_scenarios
 
-SHARED_CSV = Path(__file__).resolve().parents[2] / "data" / "wu2020" / "experiments.csv"
+SHARED_CSV = Path(__file__).resolve().parents[2] / "predictor" / "base_data" / "wu2020" / "experiments.csv"
 
 
 def _bursts(drops: list[bool]) -> list[int]:
@@ -123,7 +123,7 @@ def test_grid_file_errors_name_the_key(tmp_path):
     bad.write_text("name: x\nsweep: {packet_los_pct: [1, 2]}\n")
     with pytest.raises(ConfigError, match="packet_los_pct"):
         load_grid(bad)
-    shipped = load_grid(Path("testbed/grids/batch-pktloss.yaml"))
+    shipped = load_grid(Path("lab/testbed/grids/batch-pktloss.yaml"))
     assert shipped.size >= 60
     assert shipped.congestion_control == "cubic" and shipped.warmup_messages > 0
     settings, _ = next(shipped.points())

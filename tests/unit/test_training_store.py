@@ -9,7 +9,7 @@ import pytest
 from audit_record import window_result
 from kafka_plumbing.errors import ConfigError
 from predictor.features import FEATURES
-from predictor.synthetic import deployment_windows
+from testbed.synthetic import deployment_windows
 from predictor.training_store import (
     COLUMNS,
     LOCAL_SOURCE,

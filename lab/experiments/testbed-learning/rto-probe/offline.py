@@ -34,7 +34,7 @@ from predictor.model import Predictor
 from predictor.retrain import as_training_rows, retrain
 
 HERE = Path(__file__).parent
-BASE = [SHARED_DATA, HERE.parent.parent / "testbed-batch-pktloss.csv"]
+BASE = [SHARED_DATA, HERE.parent.parent.parent / "batch-pktloss" / "testbed-batch-pktloss.csv"]
 COUNTERS = ("OutSegs", "RetransSegs", "TCPTimeouts")
 
 

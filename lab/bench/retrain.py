@@ -4,7 +4,7 @@ Measures, in one run on this machine:
 
 * retraining (``predictor.retrain.retrain``: warm start + fine-tuning + conformal interval + metrics) on
   the paper's ``experiments.csv`` plus 1,000 and 10,000 synthetic local windows
-  (``predictor.synthetic``), with torch threads 2 (target: <= 60 s for 10,000 windows) and 1;
+  (``testbed.synthetic``), with torch threads 2 (target: <= 60 s for 10,000 windows) and 1;
 * the whole background job (``predictor.promotion.run_retraining``: read the training store of 10,000
   windows in 1,000 micro-batch files, retrain, evaluate the champion, save, record) with 2 threads;
 * baseline: a full training from scratch of the shipped model's spec on the paper's data
@@ -38,7 +38,7 @@ def _retrain_seconds(n: int, threads: int) -> tuple[float, dict]:
     from predictor import SHARED_DATA
     from predictor.model import default_predictor
     from predictor.retrain import retrain
-    from predictor.synthetic import deployment_windows
+    from testbed.synthetic import deployment_windows
 
     local = deployment_windows(n, seed=1)
     started = time.perf_counter()
@@ -50,7 +50,7 @@ def _job_seconds(n: int, threads: int) -> tuple[float, float]:
     from predictor import SHARED_DATA
     from predictor.promotion import run_retraining
     from predictor.registry import ModelRegistry
-    from predictor.synthetic import deployment_windows
+    from testbed.synthetic import deployment_windows
     from predictor.training_store import TrainingStore
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -80,7 +80,7 @@ def _latency_ms(threads: int) -> tuple[float, float, float]:
     import torch
 
     from predictor.model import default_predictor
-    from predictor.synthetic import deployment_windows
+    from testbed.synthetic import deployment_windows
 
     torch.set_num_threads(threads)
     model = default_predictor()

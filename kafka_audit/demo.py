@@ -18,8 +18,8 @@ from audit_record import PRODUCER_TIER, cluster_tier
 from audit_record.reader import read_audit_log
 from kafka_plumbing.local_cluster import KafkaCluster
 from kafka_plumbing.topics import ensure_topic
-from testbed.report import compare_with_cluster, verification_table
-from testbed.verify import verify_topic
+from kafka_audit.verification_report import compare_with_cluster, verification_table
+from audit_consumer.ground_truth import verify_topic
 
 CLUSTER = "local"
 

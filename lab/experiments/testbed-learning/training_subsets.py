@@ -32,7 +32,7 @@ from predictor.retrain import as_training_rows, retrain
 
 HERE = Path(__file__).parent
 ROUND = HERE / "session23-warm"
-BASE = [SHARED_DATA, HERE.parent / "testbed-batch-pktloss.csv"]
+BASE = [SHARED_DATA, HERE.parent / "batch-pktloss" / "testbed-batch-pktloss.csv"]
 
 
 def score(model: Predictor, held: pd.DataFrame) -> tuple[float, float]:

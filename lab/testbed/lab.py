@@ -27,7 +27,7 @@ from kafka_plumbing.topics import ensure_topic, watermarks
 from testbed.impairment import Impairment
 from testbed.netns import DEFAULT_CONGESTION_CONTROL, ProducerNamespace
 from testbed.producer_process import ProducerRun
-from testbed.verify import Verification, verify_topic
+from audit_consumer.ground_truth import Verification, verify_topic
 
 _STDERR_LOGS: weakref.WeakKeyDictionary[subprocess.Popen[str], Path] = weakref.WeakKeyDictionary()
 """Where each producer process started by :meth:`Lab.start_producer` writes its stderr."""
@@ -253,7 +253,7 @@ class Lab:
         """
         import time
 
-        from testbed.verify import VerifyError
+        from audit_consumer.ground_truth import VerifyError
 
         deadline = time.monotonic() + timeout_s
         self.ns.wait_drained(timeout_s)

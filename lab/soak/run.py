@@ -7,7 +7,7 @@ its alert pipeline posting to Alertmanager), Prometheus (scraping the brokers an
 rules, alerting to Alertmanager), 2 audit consumers in one group (``kafka-audit audit-consumer``), the
 load (:mod:`soak.load`). Then the chaos thread (:mod:`soak.chaos`) and the recorder
 (:mod:`soak.recorder`) run until the load ends; the soak waits until every window of the load is final,
-reads every topic with the verifier (:func:`testbed.verify.verify_topic`), judges (:mod:`soak.verdict`)
+reads every topic with the verifier (:func:`audit_consumer.ground_truth.verify_topic`), judges (:mod:`soak.verdict`)
 and writes ``records/summary.json`` and the report (:mod:`soak.report`).
 
 Child processes get a clean environment: every ``KAFKA_AUDIT_*`` variable of the caller is dropped
@@ -419,7 +419,7 @@ class Soak:
 
     def verify(self) -> dict[str, dict[int, dict[str, int]]]:
         """Return the verifier's totals per topic and window."""
-        from testbed.verify import totals_by_window, verify_topic
+        from audit_consumer.ground_truth import totals_by_window, verify_topic
 
         conf = {"bootstrap.servers": self.bootstrap}
         return {

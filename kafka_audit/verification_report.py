@@ -10,8 +10,8 @@ from rich.table import Table
 
 from audit_record import AuditRecord, cluster_tier
 from audit_record.reader import SnapshotTable
-from spark_streaming.rates import duplicate_rate, loss_rate
-from testbed.verify import Verification
+from audit_record.rates import duplicate_rate, loss_rate
+from audit_consumer.ground_truth import Verification
 
 COMPARED = ("received", "unique", "duplicated")
 

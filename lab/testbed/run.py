@@ -31,7 +31,7 @@ from kafka_plumbing.errors import ConfigError, KafkaAuditError
 from testbed.lab import Lab, ProducerOutcome, stop_quietly
 from testbed.producer_process import ProducerRun
 from testbed.scenario import Scenario, Stage
-from testbed.verify import totals_by_window
+from audit_consumer.ground_truth import totals_by_window
 
 CLUSTER = "testbed"
 

@@ -660,8 +660,8 @@ def run_live(
     from spark_streaming.job import ReconciliationJob
     from spark_streaming.results import final_results, read_results
     from spark_streaming.settings import SparkJobSettings
-    from testbed.report import compare_with_cluster
-    from testbed.verify import verify_topic
+    from kafka_audit.verification_report import compare_with_cluster
+    from audit_consumer.ground_truth import verify_topic
 
     out = LiveFuzzResult()
     rng = random.Random(seed)

@@ -21,7 +21,7 @@ from audit_record.stamp import decode as decode_stamp
 from audit_record.stamp import stamp_of
 from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.topics import TopicError, read_to_end
-from spark_streaming.rates import duplicate_rate, loss_rate
+from audit_record.rates import duplicate_rate, loss_rate
 
 
 class VerifyError(KafkaAuditError):

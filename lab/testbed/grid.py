@@ -3,7 +3,7 @@
 A grid file (YAML) names fixed settings and the features to sweep; every combination (times
 ``repeats``) is one experiment: N messages from one audited producer in the impaired namespace, then
 the verifier's ground truth. Each experiment appends one row to a CSV with exactly the columns of
-``data/wu2020/experiments.csv`` (:data:`CSV_COLUMNS`), so both train the predictor together.
+``predictor/base_data/wu2020/experiments.csv`` (:data:`CSV_COLUMNS`), so both train the predictor together.
 Re-running the same grid into the same CSV skips the experiments already there (resumable).
 
 Example::
@@ -59,7 +59,7 @@ CSV_COLUMNS = (
 """The shared data's columns (the predictor's features first), with ``batch_size`` renamed
 ``batch_num_messages``: files with the former name still read (:func:`predictor.features.current_name`)."""
 FEATURES = CSV_COLUMNS[1 : CSV_COLUMNS.index("n_sent")]
-"""Settings of one experiment: the CSV's columns up to ``n_sent`` (units as in ``data/wu2020/README.md``)."""
+"""Settings of one experiment: the CSV's columns up to ``n_sent`` (units as in ``predictor/base_data/wu2020/README.md``)."""
 
 DEFAULTS: dict[str, float] = {
     "acks": 1,
@@ -196,7 +196,7 @@ def impairment(
 def csv_row(
     name: str, settings: dict[str, float], sent: int, received: int, unique: int, seconds: float
 ) -> dict[str, Any]:
-    """One CSV row in the columns and units of ``data/wu2020/experiments.csv`` (P_l, P_d as fractions)."""
+    """One CSV row in the columns and units of ``predictor/base_data/wu2020/experiments.csv`` (P_l, P_d as fractions)."""
     lost = max(0, sent - unique)
     dup = received - unique
     row: dict[str, Any] = {"experiment": name}

@@ -1,7 +1,7 @@
 """The paper's Figs. 4-8 from experiment CSVs (``experiments.csv`` columns), ours next to the paper's.
 
 Each figure has one panel per data source (e.g. the paper's measurements in
-``data/wu2020/experiments.csv`` and a testbed grid's CSV), with the same axes, so the shapes
+``predictor/base_data/wu2020/experiments.csv`` and a testbed grid's CSV), with the same axes, so the shapes
 can be compared side by side. Points are means over repeated settings. Figures (Wu, Shang, Wolter 2020):
 
 - Fig. 4: message size M vs P_l at L = 19 % (``msgsize-pktloss``)
