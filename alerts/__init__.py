@@ -20,22 +20,22 @@ if TYPE_CHECKING:
     from alerts.engine import AlertEngine
     from alerts.event import ALERT_NAMES, AlertEvent, AlertStatus
     from alerts.metrics import AlertMetrics
-    from alerts.pipeline import AlertPipeline, attach_to_job
+    from alerts.batch_listener import AlertPipeline, attach_to_job
     from alerts.settings import AlertSettings
-    from alerts.state import AlertState, AlertStateMachine
+    from alerts.state_machine import AlertState, AlertStateMachine
 
 _EXPORTS = {
     "ALERT_NAMES": "alerts.event",
     "AlertEngine": "alerts.engine",
     "AlertEvent": "alerts.event",
     "AlertMetrics": "alerts.metrics",
-    "AlertPipeline": "alerts.pipeline",
+    "AlertPipeline": "alerts.batch_listener",
     "AlertSettings": "alerts.settings",
-    "AlertState": "alerts.state",
-    "AlertStateMachine": "alerts.state",
+    "AlertState": "alerts.state_machine",
+    "AlertStateMachine": "alerts.state_machine",
     "AlertStatus": "alerts.event",
     "Dispatcher": "alerts.dispatch",
-    "attach_to_job": "alerts.pipeline",
+    "attach_to_job": "alerts.batch_listener",
     "sinks_from_settings": "alerts.dispatch",
 }
 __all__ = [

@@ -192,7 +192,7 @@ def evaluate_cmd(
 
     Each line is one evaluation at its result_at_ms (audit lag is judged against that clock).
     """
-    from alerts.pipeline import AlertPipeline
+    from alerts.batch_listener import AlertPipeline
 
     try:
         settings = _settings(sets)

@@ -1,8 +1,8 @@
 """Control-loop decisions as events: in the alerts topic and as info alerts in Alertmanager.
 
-The control loop (:mod:`control_loop.pipeline`) hands every decision
+The control loop (:mod:`control_loop.loop`) hands every decision
 (``control_loop.decide.ControlDecision.to_json()``) to ``ReconciliationJob.control_listeners``;
-:func:`alerts.pipeline.attach_to_job` adds :meth:`alerts.pipeline.AlertPipeline.on_control`, which
+:func:`alerts.batch_listener.attach_to_job` adds :meth:`alerts.batch_listener.AlertPipeline.on_control`, which
 turns it into one :class:`~alerts.event.AlertEvent` (:func:`control_event`) of the unchanged
 ``alert.avsc``:
 

@@ -14,11 +14,11 @@ provisional and final::
   twice.
 * The audit-lag rule judges, at every call, the windows of each (topic, tier) still provisional at
   wall clock ``now_ms`` (it learns of them from the provisional results; a final result ends them).
-* Each (alertname, topic, tier) has its own state machine (:mod:`alerts.state`); only its FIRE and
+* Each (alertname, topic, tier) has its own state machine (:mod:`alerts.state_machine`); only its FIRE and
   RESOLVE transitions become events, so a firing alert is reported once and resolved once.
 
 The state lives in memory; :meth:`AlertEngine.to_state` / :meth:`AlertEngine.restore` carry it over
-a restart (:class:`alerts.pipeline.AlertPipeline` keeps it in a file next to the Spark checkpoint), so
+a restart (:class:`alerts.batch_listener.AlertPipeline` keeps it in a file next to the Spark checkpoint), so
 a firing alert stays firing, resolves once, and a window judged before the restart is not judged again.
 """
 
@@ -39,7 +39,7 @@ from alerts.rules import (
     window_rules,
 )
 from alerts.settings import AlertSettings
-from alerts.state import AlertState, AlertStateMachine, Transition
+from alerts.state_machine import AlertState, AlertStateMachine, Transition
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 The live job's background retraining ends with a champion / challenger decision
 (``predictor.promotion.Decision.to_json()``, recorded in the model registry's ``decisions.jsonl``);
 the driver reads new decisions at a micro-batch boundary and hands each one, a dict, to the
-``ReconciliationJob.decision_listeners``. :func:`alerts.pipeline.attach_to_job` adds one that turns it
+``ReconciliationJob.decision_listeners``. :func:`alerts.batch_listener.attach_to_job` adds one that turns it
 into one :class:`~alerts.event.AlertEvent` (:func:`decision_event`), so the decision lands in the
 alerts topic beside the alerts, in the same Avro record (``alert.avsc``, unchanged) that every reader
 of the topic already decodes:

@@ -1,7 +1,7 @@
 """The six alert rules: what makes one window (or one evaluation) bad, with the numbers behind it.
 
 A rule turns its input into an :class:`Observation` (bad / good / unknown, value, threshold, text);
-the engine feeds it to the alert's state machine (:mod:`alerts.state`). Window rules judge one final
+the engine feeds it to the alert's state machine (:mod:`alerts.state_machine`). Window rules judge one final
 window result (``audit_record/window_result.avsc`` with its live-comparison fields; ``docs/DESIGN.md``);
 the audit-lag rule judges the set of still-provisional windows of a (topic, tier) at wall clock ``now``.
 
@@ -333,7 +333,7 @@ class DriftRule(WindowRule):
     (``KAFKA_AUDIT_SPARK_CALIBRATION_MAX_MAE``), so R_l leaving the interval means the network or the
     producers' configuration changed, not that the model never fitted this deployment. A window of a
     model still calibrating (False), or written before the field existed (None), is unknown: it neither
-    fires nor counts towards k, neither resolves nor breaks a streak (:mod:`alerts.state`), so a firing
+    fires nor counts towards k, neither resolves nor breaks a streak (:mod:`alerts.state_machine`), so a firing
     drift alert stays firing through a calibrating period (e.g. after a promotion) and resolves on the
     first ``keep_firing_count`` calibrated windows inside the interval.
     """

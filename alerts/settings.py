@@ -52,7 +52,7 @@ class AlertSettings(BaseSettings):
         grace_ms: The reconciliation job's grace (``KAFKA_AUDIT_SPARK_GRACE_MS``), ms.
         audit_lag_margin_ms: A window still provisional at wall clock > window end + grace + margin is
             late, ms; attached to a job at least its emit delay (heartbeat + watermark delay + 3 x trigger
-            interval: ``alerts.pipeline.job_emit_delay_ms``) unless set.
+            interval: ``alerts.batch_listener.job_emit_delay_ms``) unless set.
         audit_lag_for_evaluations, audit_lag_keep_firing_evaluations, audit_lag_severity: As above,
             for KafkaAuditAuditLag (counted in evaluations).
         unaudited_producers_threshold: A final window with more unaudited producers than this is bad.

@@ -48,7 +48,7 @@ from audit_consumer import counts
 from audit_consumer.counts import PartitionCounts, count_batch
 from audit_consumer.settings import DEFAULT_STATE_TOPIC
 from audit_consumer.snapshots import dirty_buckets, snapshot_record
-from audit_consumer.state import decode_state, encode_state, state_key
+from audit_consumer.state_codec import decode_state, encode_state, state_key
 from audit_record import DEFAULT_AUDIT_TOPIC, DEFAULT_DLQ_TOPIC, DEFAULT_WINDOW_MS, DeadLetter, encode, now_ms
 from audit_record.record import consumer_tier
 from kafka_plumbing.errors import ConfigError, KafkaAuditError

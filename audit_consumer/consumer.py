@@ -40,7 +40,7 @@ from audit_consumer.discovery import select_topics
 from audit_consumer.producer_timeouts import ProducerTimeouts
 from audit_consumer.settings import AuditConsumerSettings
 from audit_consumer.snapshots import dirty_buckets, snapshot_record
-from audit_consumer.state import decode_state, encode_state, state_key
+from audit_consumer.state_codec import decode_state, encode_state, state_key
 from audit_consumer.watchdog import TransactionHungError, call_with_deadline
 from audit_record import DeadLetter, cluster_tier, encode, now_ms
 from kafka_plumbing.errors import KafkaAuditError

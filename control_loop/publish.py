@@ -1,6 +1,6 @@
 """Writing control records: a decision (``change``, ``rollback``) or an operator's forced configuration.
 
-Only ``apply`` mode writes (:class:`~control_loop.pipeline.ControlLoop` creates no publisher in
+Only ``apply`` mode writes (:class:`~control_loop.loop.ControlLoop` creates no publisher in
 ``advise`` mode, so nothing reaches the control topic then). One
 :class:`~audit_record.control_record.ControlRecord` per change, keyed by the group, to the compacted
 control topic (created with one partition if missing, ``cleanup.policy=compact``); the producer is

@@ -1,6 +1,6 @@
 """Grafana dashboards and Prometheus rules as code, and the static HTML report.
 
-* :mod:`dashboards.completeness`, :mod:`dashboards.producers`, :mod:`dashboards.model`: the "Kafka
+* :mod:`dashboards.completeness`, :mod:`dashboards.producers`, :mod:`dashboards.predictor_model`: the "Kafka
   completeness", "Producer reliability" and "Predictor model" dashboards (grafana-foundation-sdk
   builders over the Spark job's Prometheus metrics).
 * :mod:`dashboards.brokers`: the "Kafka brokers" dashboard over the brokers' JMX exporters

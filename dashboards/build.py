@@ -36,8 +36,8 @@ def _builders() -> dict[str, Callable[[], Any]]:
     from dashboards.brokers import broker_dashboard
     from dashboards.completeness import UID as COMPLETENESS_UID
     from dashboards.completeness import completeness_dashboard
-    from dashboards.model import UID as MODEL_UID
-    from dashboards.model import model_dashboard
+    from dashboards.predictor_model import UID as MODEL_UID
+    from dashboards.predictor_model import model_dashboard
     from dashboards.producers import UID as PRODUCERS_UID
     from dashboards.producers import producer_dashboard
 

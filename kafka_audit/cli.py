@@ -511,9 +511,9 @@ def spark_job(
     control: Control = None,
 ) -> None:
     """Run only the Spark job (audit topic -> results, Parquet, Prometheus, alerts, control loop)."""
-    from alerts.pipeline import attach_to_job
+    from alerts.batch_listener import attach_to_job
     from alerts.settings import load_settings
-    from control_loop.pipeline import attach_to_job as attach_control
+    from control_loop.loop import attach_to_job as attach_control
     from control_loop.settings import load_control_settings
     from spark_streaming.job import ReconciliationJob
     from spark_streaming.settings import SparkJobSettings

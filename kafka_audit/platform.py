@@ -31,14 +31,14 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from alerts.pipeline import attach_to_job
+from alerts.batch_listener import attach_to_job
 from audit_consumer.consumer import AuditConsumer
 from audit_consumer.settings import AuditConsumerSettings
 from audit_producer.librdkafka_config import reliability_config
 from audit_producer.load import run_load
 from audit_producer.settings import ProducerAuditSettings
 from audit_record import window_result
-from control_loop.pipeline import attach_to_job as attach_control
+from control_loop.loop import attach_to_job as attach_control
 from kafka_audit import instances
 from kafka_audit.up_settings import UpSettings
 from kafka_plumbing.local_cluster import KafkaCluster

@@ -39,7 +39,7 @@ from spark_streaming.metrics import ResultMetrics
 from spark_streaming.predict import KpiConfig, predict_rows
 from spark_streaming.settings import DEFAULT_GAMMA_TARGET, SparkJobSettings
 from spark_streaming.sinks import KafkaResultSink, ParquetResultSink
-from spark_streaming.state import OUTPUT_COLUMNS, OUTPUT_SCHEMA, STATE_SCHEMA, make_reconciler
+from spark_streaming.window_state import OUTPUT_COLUMNS, OUTPUT_SCHEMA, STATE_SCHEMA, make_reconciler
 
 log = logging.getLogger(__name__)
 ResultListener = Callable[[int, list[dict[str, Any]]], None]

@@ -415,7 +415,7 @@ class ResultMetrics:
         """Set the per-producer gauges from ``producer`` rows (newest snapshot wins); expire silent ones.
 
         Args:
-            producers: Rows of :func:`spark_streaming.state.producer_row` (``producer_id``, ``topic``,
+            producers: Rows of :func:`spark_streaming.window_state.producer_row` (``producer_id``, ``topic``,
                 configuration, ``rtt_avg_ms`` in ms, cumulative ``tx_retries``, ``result_at_ms``).
             now_s: Wall clock, s (default: now); producers not seen for ``producer_ttl_s`` are removed.
         """

@@ -505,7 +505,7 @@ def predict_rows(rows: list[dict[str, Any]], config: KpiConfig, columns: list[st
     Args:
         rows: The micro-batch's rows (``toArrow().to_pylist()``, NaN already None), changed in place.
         config: Topic weights, targets, fallbacks and the model directory of this micro-batch.
-        columns: The output columns (:data:`spark_streaming.state.OUTPUT_COLUMNS`).
+        columns: The output columns (:data:`spark_streaming.window_state.OUTPUT_COLUMNS`).
 
     Like the step itself it never raises for a prediction problem: a row whose predicted value its
     column cannot hold gets nulls and ``predict_stage`` ``predict`` (counted by the driver).

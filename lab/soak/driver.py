@@ -77,9 +77,9 @@ def _new_progress(query: Any, after: int) -> list[Any]:
 
 def main() -> None:
     """Run the job until SIGTERM; write the records."""
-    from alerts.pipeline import attach_to_job
+    from alerts.batch_listener import attach_to_job
     from alerts.settings import load_settings
-    from control_loop.pipeline import attach_to_job as attach_control
+    from control_loop.loop import attach_to_job as attach_control
     from control_loop.settings import load_control_settings
     from spark_streaming.job import ReconciliationJob
     from spark_streaming.settings import SparkJobSettings

@@ -107,7 +107,7 @@ def audit_lag_slack_s(
     """Return the audit-lag rule's constant for a job's settings, s.
 
     The newest final window ends up to one window before the next one is final; a window is emitted up
-    to heartbeat + watermark delay + 3 trigger intervals after its wait (``alerts.pipeline.
+    to heartbeat + watermark delay + 3 trigger intervals after its wait (``alerts.batch_listener.
     job_emit_delay_ms``); plus the rule's 30 s margin. Never below the shipped 120 s.
     """
     slack_ms = window_ms + heartbeat_ms + watermark_delay_ms + 3 * trigger_ms + 30_000

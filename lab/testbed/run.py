@@ -403,7 +403,7 @@ def _start_job(
     )
     job = ReconciliationJob(s, listeners=[on_results])
     if control != "off":
-        from control_loop.pipeline import attach_to_job
+        from control_loop.loop import attach_to_job
         from control_loop.settings import ControlSettings
 
         attach_to_job(

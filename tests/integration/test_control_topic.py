@@ -9,7 +9,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 from typer.testing import CliRunner
 
-from control_loop.pipeline import ControlLoop
+from control_loop.loop import ControlLoop
 from control_loop.settings import KILL_ENV, ControlSettings
 from control_loop.topic import read_control_topic
 from kafka_audit.cli import app

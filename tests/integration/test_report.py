@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from spark_streaming.sinks import ParquetResultSink
-from spark_streaming.state import RESULT_COLUMNS
+from spark_streaming.window_state import RESULT_COLUMNS
 
 pytestmark = pytest.mark.integration
 WINDOW_MS = 10_000

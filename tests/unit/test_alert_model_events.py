@@ -12,7 +12,7 @@ from alerts.codec import decode_alert, encode_alert
 from alerts.event import MODEL_PROMOTED, MODEL_REJECTED
 from alerts.exceptions import AlertSinkError
 from alerts.model_events import decision_event
-from alerts.pipeline import ALERT_STATE_FILE
+from alerts.batch_listener import ALERT_STATE_FILE
 
 T0 = 1_800_000_000_000
 

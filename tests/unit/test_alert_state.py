@@ -1,10 +1,10 @@
-"""Every transition of the alert state machine (alerts/state.py), including no flapping."""
+"""Every transition of the alert state machine (alerts/state_machine.py), including no flapping."""
 
 from __future__ import annotations
 
 import pytest
 
-from alerts.state import AlertState, AlertStateMachine, Transition
+from alerts.state_machine import AlertState, AlertStateMachine, Transition
 
 BAD, GOOD, UNKNOWN = True, False, None
 

@@ -146,7 +146,7 @@ def test_a_network_that_got_worse_after_the_change_is_not_blamed_on_it():
         out = decide(c, i, batch=4, gamma_actual=0.6, gamma_predicted=0.93, changes={})
     assert kinds(out) == [("rollback", "worse")]
     # a saved evaluation keeps its live predictions
-    from control_loop.state import Evaluation
+    from control_loop.controller_state import Evaluation
 
     c = controller()
     decide(c, 0)

@@ -19,7 +19,7 @@ from alerts.event import (
 )
 from alerts.sinks.alertmanager import AlertmanagerSink
 from control_loop.decide import Controller
-from control_loop.pipeline import ControlLoop
+from control_loop.loop import ControlLoop
 from control_loop.settings import KILL_ENV, ControlSettings
 from tests.unit.control_rows import now_after, row
 from tests.unit.test_alert_model_events import RecordingSink

@@ -1,6 +1,6 @@
 from audit_consumer import counts, latency
 from audit_consumer.counts import PartitionCounts, fold_latencies, unique_of
-from audit_consumer.state import decode_state, encode_state
+from audit_consumer.state_codec import decode_state, encode_state
 
 
 def _pc():

@@ -29,7 +29,7 @@ from dashboards.report_data import (
 from kafka_audit.cli import app
 from kafka_plumbing.errors import ConfigError
 from spark_streaming.sinks import PARQUET_SCHEMA, ParquetResultSink
-from spark_streaming.state import RESULT_COLUMNS
+from spark_streaming.window_state import RESULT_COLUMNS
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 NOW_MS = int(NOW.timestamp() * 1000)

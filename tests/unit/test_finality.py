@@ -14,7 +14,7 @@ from audit_record import AuditRecord, ProducerConfig
 from audit_record.finality import Finality
 from spark_streaming.reconcile import compact, message_timeout_ms
 from spark_streaming.settings import SparkJobSettings
-from spark_streaming.state import make_reconciler
+from spark_streaming.window_state import make_reconciler
 from tests.unit.test_spark_state import FakeState
 
 

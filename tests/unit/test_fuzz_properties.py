@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from alerts import AlertEngine, AlertSettings, AlertStatus
 from alerts.event import AUDIT_LAG
-from alerts.state import AlertState, AlertStateMachine, Transition
+from alerts.state_machine import AlertState, AlertStateMachine, Transition
 from audit_consumer.counts import PartitionCounts, count_batch
 from audit_record import (
     AuditRecord,
@@ -46,7 +46,7 @@ from audit_record.stamp import STAMP_HEADER, MalformedStampError, stamp_of
 from audit_record.stamp import decode as decode_stamp
 from audit_record.stamp import encode as encode_stamp
 from spark_streaming.reconcile import compact, merge, reconcile
-from spark_streaming.state import make_reconciler
+from spark_streaming.window_state import make_reconciler
 from testbed import fuzz
 
 PROPERTY = settings(

@@ -24,7 +24,7 @@ from spark_streaming.predict import (
     predict_rows,
 )
 from spark_streaming.settings import SparkJobSettings
-from spark_streaming.state import OUTPUT_COLUMNS
+from spark_streaming.window_state import OUTPUT_COLUMNS
 
 TOPIC = "audit.weblog"
 

@@ -14,7 +14,7 @@ from spark_streaming.metrics import ResultMetrics
 from spark_streaming.predict import KpiConfig
 from spark_streaming.retraining import LOCK_FILE, RetrainPolicy, RetrainProcess, retrain_command
 from spark_streaming.settings import SparkJobSettings
-from spark_streaming.state import OUTPUT_COLUMNS
+from spark_streaming.window_state import OUTPUT_COLUMNS
 
 
 def _final(i, version="shipped", p=0.10, actual=0.11, lo=0.05, hi=0.2, **kw):

@@ -25,7 +25,7 @@ from audit_record import (
 )
 from audit_record.window_result import FINAL
 from spark_streaming.reconcile import compact, reconcile
-from spark_streaming.state import RESULT_COLUMNS
+from spark_streaming.window_state import RESULT_COLUMNS
 
 # Fingerprints of the schemas as first released: records in topics today carry these. If a v1 file is
 # edited by mistake (anything but docs), these change and old records stop decoding.

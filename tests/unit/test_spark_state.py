@@ -9,7 +9,7 @@ from kafka_audit.up_settings import load_up_settings
 from kafka_plumbing.errors import ConfigError
 from spark_streaming.decode import DEAD_LETTER_GROUP, decode_batches
 from spark_streaming.reconcile import compact
-from spark_streaming.state import make_reconciler
+from spark_streaming.window_state import make_reconciler
 
 
 class FakeState:

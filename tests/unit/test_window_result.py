@@ -11,7 +11,7 @@ import pytest
 from audit_record import window_result
 from audit_record.codec import decode_object, encode_object
 from spark_streaming.sinks import PARQUET_SCHEMA
-from spark_streaming.state import OUTPUT_SCHEMA, RESULT_COLUMNS
+from spark_streaming.window_state import OUTPUT_SCHEMA, RESULT_COLUMNS
 
 REPO = Path(__file__).resolve().parents[2]
 
