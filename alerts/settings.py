@@ -14,7 +14,7 @@ from pydantic import AnyHttpUrl, Field, SecretStr, ValidationError, model_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from alerts.event import ALERT_NAMES, Severity
-from kafka_plumbing.errors import config_error
+from kafka_plumbing.errors import config_error, setting_and_env_name
 
 ENV_PREFIX = "KAFKA_AUDIT_ALERTS_"
 
@@ -160,10 +160,6 @@ class AlertSettings(BaseSettings):
         return self
 
 
-def _setting_and_env_name(loc: tuple[int | str, ...]) -> str:
-    return f"{loc[0]} ({ENV_PREFIX}{str(loc[0]).upper()})" if loc else ""
-
-
 def load_settings(**overrides: Any) -> AlertSettings:
     """Return :class:`AlertSettings` from ``overrides`` (None values ignored), the environment and defaults.
 
@@ -173,4 +169,4 @@ def load_settings(**overrides: Any) -> AlertSettings:
     try:
         return AlertSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
-        raise config_error(exc, "invalid alert settings", _setting_and_env_name) from None
+        raise config_error(exc, "invalid alert settings", setting_and_env_name(ENV_PREFIX)) from None

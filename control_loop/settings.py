@@ -20,7 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from audit_record.control_record import DEFAULT_CONTROL_TOPIC
 from audit_record.record import ACKS_VALUES, canonical_acks
-from kafka_plumbing.errors import config_error
+from kafka_plumbing.errors import config_error, setting_and_env_name
 
 ENV_PREFIX = "KAFKA_AUDIT_CONTROL_"
 KILL_ENV = "KAFKA_AUDIT_CONTROL_KILL"
@@ -138,10 +138,6 @@ class ControlSettings(BaseSettings):
         return self.groups.get(topic, topic)
 
 
-def _setting_and_env_name(loc: tuple[int | str, ...]) -> str:
-    return f"{loc[0]} ({ENV_PREFIX}{str(loc[0]).upper()})" if loc else ""
-
-
 def load_control_settings(**overrides: Any) -> ControlSettings:
     """Return :class:`ControlSettings` from ``overrides`` (None values ignored), the environment and defaults.
 
@@ -152,7 +148,7 @@ def load_control_settings(**overrides: Any) -> ControlSettings:
     try:
         return ControlSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
-        raise config_error(exc, "invalid control settings", _setting_and_env_name) from None
+        raise config_error(exc, "invalid control settings", setting_and_env_name(ENV_PREFIX)) from None
 
 
 __all__ = ["KILL_ENV", "KILL_FILE", "MODES", "ControlSettings", "Mode", "load_control_settings"]

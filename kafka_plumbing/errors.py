@@ -25,6 +25,23 @@ def _dotted(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(x) for x in loc)
 
 
+def setting_and_env_name(env_prefix: str) -> Callable[[tuple[int | str, ...]], str]:
+    """Return a ``key`` for :func:`config_error` naming a setting and its environment variable.
+
+    For the pydantic-settings models whose fields are read from ``<env_prefix><FIELD>``: an error at
+    ``loc`` ``("dwell_ms",)`` is named ``dwell_ms (KAFKA_AUDIT_CONTROL_DWELL_MS)`` with ``env_prefix``
+    ``"KAFKA_AUDIT_CONTROL_"``; a model-level error (empty ``loc``) gets no name.
+
+    Args:
+        env_prefix: The model's ``env_prefix``, e.g. ``"KAFKA_AUDIT_ALERTS_"``.
+    """
+
+    def name(loc: tuple[int | str, ...]) -> str:
+        return f"{loc[0]} ({env_prefix}{str(loc[0]).upper()})" if loc else ""
+
+    return name
+
+
 def config_error(
     exc: ValidationError, what: str, key: Callable[[tuple[int | str, ...]], str] = _dotted
 ) -> ConfigError:
