@@ -33,7 +33,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from audit_producer.librdkafka_config import canonical
 from audit_record import DeadLetter, MalformedRecordError, ProducerConfig, now_ms
 from audit_record.control_record import ControlRecord, decode_control
-from kafka_plumbing.errors import ConfigError
+from kafka_plumbing.errors import ConfigError, KafkaAuditError
 from kafka_plumbing.topics import CONTROL_TOPIC_CONFIG, ensure_topic
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def inner_config(base: Mapping[str, Any], record: ControlRecord) -> dict[str, An
     return config
 
 
-class ConfigRejectedError(Exception):
+class ConfigRejectedError(KafkaAuditError):
     """A configuration cannot take over: librdkafka refuses a property, or the cluster is not reached."""
 
 

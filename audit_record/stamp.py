@@ -12,6 +12,8 @@ import re
 import socket
 from collections.abc import Iterable
 
+from kafka_plumbing.errors import KafkaAuditError
+
 STAMP_HEADER = "kafka-audit.stamp"
 """Header key carrying ``producer_id || sequence``."""
 
@@ -28,8 +30,11 @@ _PRODUCER_ID = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
 """A producer id, matched whole (``fullmatch``: ``$`` would let a trailing newline through)."""
 
 
-class MalformedStampError(ValueError):
-    """An audit stamp header that cannot be decoded (wrong length, bad UTF-8, bad characters)."""
+class MalformedStampError(KafkaAuditError, ValueError):
+    """An audit stamp header that cannot be decoded (wrong length, bad UTF-8, bad characters).
+
+    Also a ``ValueError``, as before it derived from :class:`~kafka_plumbing.errors.KafkaAuditError`.
+    """
 
 
 def new_producer_id(client_id: str) -> str:

@@ -52,3 +52,59 @@ def test_a_model_level_error_has_no_key_and_the_naming_is_the_callers():
 
 def test_the_input_value_is_not_in_the_message():
     assert "hunter2" not in str(config_error(_error(window_ms="hunter2"), "bad"))
+
+
+PRODUCT_PACKAGES = (
+    "kafka_plumbing",
+    "audit_record",
+    "audit_producer",
+    "audit_consumer",
+    "predictor",
+    "spark_streaming",
+    "control_loop",
+    "alerts",
+    "dashboards",
+    "kafka_audit",
+)
+"""Every package of the product (the layers of the import contract; the lab is not the product)."""
+
+
+def _product_exceptions() -> list[type[BaseException]]:
+    """Every exception class defined (not merely imported) in a module of a product package."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    found: list[type[BaseException]] = []
+    for name in PRODUCT_PACKAGES:
+        package = importlib.import_module(name)
+        modules = [package.__name__]
+        modules += [
+            m.name
+            for m in pkgutil.walk_packages(package.__path__, f"{name}.")
+            if not m.name.endswith(".__main__")  # running it is what importing it does
+        ]
+        for module_name in modules:
+            module = importlib.import_module(module_name)
+            for _, cls in inspect.getmembers(module, inspect.isclass):
+                if issubclass(cls, BaseException) and cls.__module__ == module_name:
+                    found.append(cls)
+    return found
+
+
+def test_every_error_the_product_defines_derives_from_kafka_audit_error():
+    from kafka_plumbing.errors import KafkaAuditError
+
+    errors = _product_exceptions()
+    assert len(errors) >= 20, "the walk should find the product's errors"
+    strays = [f"{cls.__module__}.{cls.__qualname__}" for cls in errors if not issubclass(cls, KafkaAuditError)]
+    assert strays == [], f"not derived from KafkaAuditError: {strays}"
+
+
+def test_errors_that_were_value_errors_still_are():
+    from audit_producer.autotune import ConfigRejectedError
+    from audit_record.stamp import MalformedStampError
+    from kafka_plumbing.errors import KafkaAuditError
+
+    assert issubclass(MalformedStampError, ValueError) and issubclass(MalformedStampError, KafkaAuditError)
+    assert issubclass(ConfigRejectedError, KafkaAuditError)
