@@ -97,7 +97,9 @@ def test_every_error_the_product_defines_derives_from_kafka_audit_error():
 
     errors = _product_exceptions()
     assert len(errors) >= 20, "the walk should find the product's errors"
-    strays = [f"{cls.__module__}.{cls.__qualname__}" for cls in errors if not issubclass(cls, KafkaAuditError)]
+    strays = [
+        f"{cls.__module__}.{cls.__qualname__}" for cls in errors if not issubclass(cls, KafkaAuditError)
+    ]
     assert strays == [], f"not derived from KafkaAuditError: {strays}"
 
 
