@@ -10,16 +10,16 @@ from pathlib import Path
 from rich.console import Console
 
 from audit_consumer.consumer import AuditConsumer
+from audit_consumer.ground_truth import verify_topic
 from audit_consumer.settings import AuditConsumerSettings
 from audit_producer.load import run_load
 from audit_producer.settings import ProducerAuditSettings
 from audit_producer.workloads import PROFILES
 from audit_record import PRODUCER_TIER, cluster_tier
 from audit_record.reader import read_audit_log
+from kafka_audit.verification_report import compare_with_cluster, verification_table
 from kafka_plumbing.local_cluster import KafkaCluster
 from kafka_plumbing.topics import ensure_topic
-from kafka_audit.verification_report import compare_with_cluster, verification_table
-from audit_consumer.ground_truth import verify_topic
 
 CLUSTER = "local"
 

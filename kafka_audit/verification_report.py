@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 
 from rich.table import Table
 
-from audit_record import AuditRecord, cluster_tier
-from audit_record.reader import SnapshotTable
-from audit_record.rates import duplicate_rate, loss_rate
 from audit_consumer.ground_truth import Verification
+from audit_record import AuditRecord, cluster_tier
+from audit_record.rates import duplicate_rate, loss_rate
+from audit_record.reader import SnapshotTable
 
 COMPARED = ("received", "unique", "duplicated")
 

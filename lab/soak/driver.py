@@ -77,11 +77,9 @@ def _new_progress(query: Any, after: int) -> list[Any]:
 
 def main() -> None:
     """Run the job until SIGTERM; write the records."""
-    from alerts.batch_listener import attach_to_job
     from alerts.settings import load_settings
-    from control_loop.loop import attach_to_job as attach_control
     from control_loop.settings import load_control_settings
-    from spark_streaming.job import ReconciliationJob
+    from kafka_audit.assembly import build_audit_job
     from spark_streaming.settings import SparkJobSettings
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -98,9 +96,9 @@ def main() -> None:
             results_file.write(json.dumps({**r, "batch_id": batch_id}, sort_keys=True, default=str) + "\n")
         results_file.flush()
 
-    job = ReconciliationJob(settings, listeners=[on_results])
-    attach_to_job(job, load_settings())
-    attach_control(job, load_control_settings())
+    job = build_audit_job(
+        settings, alerts=load_settings(), control=load_control_settings(), listeners=[on_results]
+    ).job
     job.start()
     print(f"driver {os.getpid()} running against {settings.master} at {now_ms()}", flush=True)
     last = -1

@@ -27,11 +27,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from audit_consumer.ground_truth import totals_by_window
 from kafka_plumbing.errors import ConfigError, KafkaAuditError
 from testbed.lab import Lab, ProducerOutcome, stop_quietly
 from testbed.producer_process import ProducerRun
 from testbed.scenario import Scenario, Stage
-from audit_consumer.ground_truth import totals_by_window
 
 CLUSTER = "testbed"
 
@@ -373,7 +373,8 @@ def _start_job(
     control: str = "off",
     decisions: list[dict[str, Any]] | None = None,
 ) -> Any:
-    from spark_streaming.job import ReconciliationJob
+    from control_loop.settings import ControlSettings
+    from kafka_audit.assembly import build_audit_job
     from spark_streaming.settings import SparkJobSettings
 
     def on_results(_batch: int, rows: list[dict[str, Any]]) -> None:
@@ -401,23 +402,24 @@ def _start_job(
         parquet_dir=work_dir / "spark" / "results",
         **(lifecycle.job_settings() if lifecycle is not None else {"retrain": False}),
     )
-    job = ReconciliationJob(s, listeners=[on_results])
-    if control != "off":
-        from control_loop.loop import attach_to_job
-        from control_loop.settings import ControlSettings
-
-        attach_to_job(
-            job,
-            ControlSettings(
-                mode=control,  # type: ignore[arg-type]
-                groups={lab.topic(scenario.topic): control_group(scenario)},
-                dwell_ms=CONTROL_DWELL_MS,
-                rollback_windows=2,
-                evaluation_timeout_ms=120_000,
-            ),
+    control_settings = (
+        ControlSettings(
+            mode=control,  # type: ignore[arg-type]
+            groups={lab.topic(scenario.topic): control_group(scenario)},
+            dwell_ms=CONTROL_DWELL_MS,
+            rollback_windows=2,
+            evaluation_timeout_ms=120_000,
         )
-        if decisions is not None:
-            job.control_listeners.append(decisions.append)
+        if control != "off"
+        else None
+    )
+    job = build_audit_job(
+        s,
+        alerts=None,  # the testbed judges the audit against its ground truth, not by alerts
+        control=control_settings,
+        listeners=[on_results],
+        control_listeners=[decisions.append] if decisions is not None else [],
+    ).job
     job.start()
     return job
 

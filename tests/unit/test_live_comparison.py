@@ -8,7 +8,7 @@ from rich.console import Console
 
 import spark_streaming.predict as predict_module
 from audit_record.window_result import LIVE_COMPARISON_FIELDS, suggested_changes
-from kafka_audit.platform import results_table, serving_model, short_suggestion
+from kafka_audit.results_table import results_table, serving_model, short_suggestion
 from kafka_audit.up_settings import load_up_settings
 from kafka_plumbing.errors import ConfigError
 from predictor.features import FEATURES

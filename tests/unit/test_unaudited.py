@@ -19,7 +19,7 @@ from alerts.event import AUDIT_LAG, UNAUDITED_TRAFFIC
 from dashboards.report import render, summary_table, unaudited_table
 from kafka_audit import instances
 from kafka_audit.cli import app
-from kafka_audit.platform import results_table
+from kafka_audit.results_table import results_table
 from kafka_audit.up_settings import load_up_settings
 from spark_streaming.metrics import ResultMetrics
 
@@ -212,7 +212,7 @@ def test_the_instance_registry_finds_running_instances_and_forgets_dead_ones(tmp
 
 
 def test_quiet_librdkafka_silences_fd_2_inside_the_block_only(capfd):
-    from kafka_audit.platform import quiet_librdkafka
+    from kafka_audit.up import quiet_librdkafka
 
     with quiet_librdkafka():
         os.write(2, b"%3|FAIL|rdkafka#producer-1| Connection refused\n")
