@@ -29,7 +29,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Mapping
 from struct import Struct
 from time import time_ns as _time_ns
@@ -37,14 +37,11 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from audit_producer.autotune import Candidate, ControlFollower, inner_config
-from audit_producer.config_history import ConfigHistory
-from audit_producer.draining import Draining, drain_deadline_ms
 from audit_producer.leaders import LeaderHistory, partition_leaders
 from audit_producer.librdkafka_config import controlled_properties, reliability_config
 from audit_producer.network_history import NetworkHistory
 from audit_producer.network_stats import TcpRetransmitMeter, parse_statistics
-from audit_producer.probation import Probation
+from audit_producer.reconfiguration import LiveReconfiguration
 from audit_producer.settings import ProducerAuditSettings
 from audit_producer.tcp_backlog import Mark, TcpBacklog, TcpSocket, open_backlog, outstanding_of
 from audit_record import (
@@ -56,7 +53,6 @@ from audit_record import (
     encode,
     now_ms,
 )
-from audit_record.control_record import ControlRecord
 from audit_record.stamp import (
     SEQUENCE_BYTEORDER,
     SEQUENCE_BYTES,
@@ -181,9 +177,7 @@ class AuditedProducer:
         "_drain",
         "_draining",
         "_errors_only",
-        "_follower",
         "_generation",
-        "_hints",
         "_history",
         "_hot_bytes",
         "_hot_end",
@@ -194,35 +188,27 @@ class AuditedProducer:
         "_hot_start",
         "_hot_topic",
         "_hot_w",
-        "_incoming",
         "_leaders",
         "_network",
         "_network_base",
         "_network_history",
         "_next_reconfigure_ms",
         "_next_snapshot_ms",
-        "_on_hints",
-        "_on_reconfigure",
-        "_pending",
         "_prefix",
-        "_previous",
-        "_probation",
         "_produce",
         "_producer",
+        "_reconfiguration",
         "_seq",
-        "_slot_lock",
         "_stamp",
         "_stats_token",
         "_tcp",
         "_tick_at",
         "_user_dr",
         "_user_stats_cb",
-        "_version",
         "_window_ms",
         "_windows",
         "audit_delivery_failures",
         "client_id",
-        "config_events",
         "group",
         "producer_id",
         "reliability",
@@ -321,22 +307,13 @@ class AuditedProducer:
         self.snapshots_sent = 0
         self.audit_delivery_failures = 0
 
-        # Autotune (docs/DESIGN.md, "Autotuned producer"). The follower thread writes only _pending (under
-        # _slot_lock), _incoming and the tick times; everything else is the caller's thread's.
-        self._history = ConfigHistory(self.reliability)
-        self._draining = Draining()
-        self._follower: ControlFollower | None = None
-        self._slot_lock = threading.Lock()
-        self._pending: Candidate | None = None
-        self._incoming: deque[dict[str, Any]] = deque()  # events from the follower thread
-        self._probation: Probation | None = None
-        self._previous: tuple[Any, ProducerConfig, int | None, dict[str, Any] | None, object] | None = None
-        self._version: int | None = None
-        self._hints: dict[str, Any] | None = None
-        self._on_reconfigure = on_reconfigure
-        self._on_hints = on_hints
-        self.config_events: Counter[str] = Counter()
-        """Configuration events so far by kind: ``applied``, ``rejected``, ``rolled_back``."""
+        # Autotune (docs/DESIGN.md, "Autotuned producer"): swap, probation, rollback and the configuration
+        # history are the reconfiguration's; the history and the draining producers are read here too.
+        self._reconfiguration = LiveReconfiguration(
+            self, autotune=self._autotune, on_reconfigure=on_reconfigure, on_hints=on_hints
+        )
+        self._history = self._reconfiguration.history
+        self._draining = self._reconfiguration.draining
 
         # TCP drain (docs/DESIGN.md, invariant 8): per settled window, the mark of every byte written when
         # it settled, when that was (ms) and the bytes still unacknowledged at the last tick.
@@ -572,7 +549,7 @@ class AuditedProducer:
             TopicError: if the audit topic is missing and cannot be created.
         """
         if self._autotune:
-            self._start_follower()
+            self._reconfiguration.start_follower()
         with self._check_lock:
             if self._checked:
                 return
@@ -618,7 +595,7 @@ class AuditedProducer:
         if self._closed:
             return
         try:
-            self._stop_follower()
+            self._reconfiguration.stop_follower()
             self._producer.flush(timeout_s)
             self._producer.poll(0)
             self._draining.close_all(timeout_s)  # their last reports counted before the final snapshots
@@ -631,10 +608,7 @@ class AuditedProducer:
         finally:
             self._closed = True
             self._draining.close_all(0)
-            with self._slot_lock:
-                pending, self._pending = self._pending, None
-            if pending is not None and pending.producer is not None:
-                pending.producer.close()
+            self._reconfiguration.close()
             _close_client(self._audit_producer)
             _close_client(self._producer)
             if self._backlog is not None:
@@ -702,11 +676,8 @@ class AuditedProducer:
         partition = msg.partition()
         key = (-1 if partition is None else partition, err.name())
         by[key] = by.get(key, 0) + 1
-        probation = self._probation
-        if probation is not None:
-            probation.on_failure(generation, err)
-            if probation.rejected >= probation.reports:
-                self._wake()  # judged (and rolled back) on the caller's thread, outside librdkafka's callback
+        if self._reconfiguration.probation is not None:
+            self._reconfiguration.on_failure(generation, err)
 
     def _count_report(self, err: KafkaError | None, msg: Message) -> None:
         """Count a report of a message produced without a callback of ours (none are): delivered ones only.
@@ -991,7 +962,7 @@ class AuditedProducer:
                 "audit snapshot for %s not delivered: %s (the next snapshot heals it)", msg.key(), err
             )
 
-    # ------------------------------------------------------------------ autotune: what runs
+    # ------------------------------------------------------------------ autotune (LiveReconfiguration)
     @property
     def current_config(self) -> dict[str, Any]:
         """The controlled librdkafka properties now running, canonical names and values.
@@ -1004,7 +975,7 @@ class AuditedProducer:
     @property
     def active_control_version(self) -> int | None:
         """Version of the control record whose configuration runs; None: the constructor's config."""
-        return self._version
+        return self._reconfiguration.version
 
     @property
     def hints(self) -> dict[str, Any] | None:
@@ -1013,12 +984,17 @@ class AuditedProducer:
         ``poll_interval_ms`` (the polling interval delta, ms) and ``producers`` (producers of the
         group), each None until a record gives it.
         """
-        return dict(self._hints) if self._hints is not None else None
+        return self._reconfiguration.hints
+
+    @property
+    def config_events(self) -> Counter[str]:
+        """Configuration events so far by kind: ``applied``, ``rejected``, ``rolled_back``."""
+        return self._reconfiguration.config_events
 
     @property
     def control_records_dead_lettered(self) -> int:
         """Malformed control records of this producer's group sent to the dead-letter topic."""
-        return self._follower.dead_lettered if self._follower is not None else 0
+        return self._reconfiguration.dead_lettered
 
     def set_poll_interval(self, poll_interval_ms: float | None) -> None:
         """Report that the application now polls every ``poll_interval_ms`` ms (the paper's delta).
@@ -1031,228 +1007,32 @@ class AuditedProducer:
         self.reliability = dataclasses.replace(self.reliability, poll_interval_ms=poll_interval_ms)
         self._history.change(self._seq + 1, self.reliability)
 
-    # ------------------------------------------------------------------ autotune: the follower's side
-    def _start_follower(self) -> None:
-        with self._slot_lock:
-            if self._follower is not None or self._closed:
-                return
-            self._follower = ControlFollower(
-                conn=self._conn,
-                group=self.group,
-                control_topic=self.settings.control_topic,
-                dlq_topic=self.settings.dlq_topic,
-                dead_letters=self._audit_producer,
-                build=self._build_candidate,
-                offer=self._offer,
-                reject=self._follower_rejected,
-                running=lambda: self.current_config,
-                connect_timeout_s=self.settings.autotune_connect_timeout_ms / 1000,
-                name=f"{self.client_id}.autotune",
-            )
-        self._follower.start()
-
-    def _stop_follower(self) -> None:
-        if self._follower is not None:
-            self._follower.stop()
-
-    def _build_candidate(self, record: ControlRecord) -> Candidate:
-        """Return the inner config for ``record`` (follower thread; no I/O).
-
-        Raises:
-            ConfigError: if a reliability setting of the result is invalid.
-        """
-        config = inner_config(self._base_config, record)
-        candidate = Candidate(record, config, reliability_config(config, self.reliability.poll_interval_ms))
-        config["stats_cb"] = self._stats_callback(candidate.token)
-        return candidate
-
-    def _offer(self, candidate: Candidate) -> None:
-        """Put a prepared configuration in the slot (follower thread); the caller's thread swaps it in."""
-        with self._slot_lock:
-            replaced, self._pending = self._pending, candidate
-            closed = self._closed
-            if closed:
-                self._pending = None
-        if replaced is not None and replaced.producer is not None:
-            log.info("control version %d superseded before it was applied", replaced.record.version)
-            replaced.producer.close()
-        if closed and candidate.producer is not None:
-            candidate.producer.close()
-        self._wake()
-
-    def _follower_rejected(self, record: ControlRecord, reason: str) -> None:
-        """Queue the report that a configuration could not take over (follower thread)."""
-        self._incoming.append(
-            self._event(
-                "rejected", record.version, self.current_config, record.librdkafka_config(), reason, record
-            )
-        )
-        self._wake()
-
     def _wake(self) -> None:
         """Make the caller's next produce/poll run the reconfiguration tick (any thread)."""
         self._next_reconfigure_ms = 0
         self._next_tick_ms = 0
 
-    # ------------------------------------------------------------------ autotune: the caller's side
     def _reconfigure_tick(self, now: int) -> None:
-        """Start the follower, report its events, swap in a handed-over configuration, judge probation."""
+        """Run the reconfiguration's tick (:meth:`LiveReconfiguration.tick`) and schedule the next one."""
         self._next_reconfigure_ms = now + _RECONFIGURE_TICK_MS
-        if self._follower is None and self._autotune:
-            self._start_follower()
-        while self._incoming:
-            self._report(self._incoming.popleft())
-        if self._pending is not None:
-            with self._slot_lock:
-                candidate, self._pending = self._pending, None
-            if candidate is not None:
-                self._apply(candidate, now)
-        if self._probation is not None:
-            self._judge(now)
-        if self._draining:
-            self._draining.reap(now)
+        self._reconfiguration.tick(now)
 
-    def _apply(self, candidate: Candidate, now: int) -> None:
-        """Make ``candidate`` the running configuration: new messages go to its inner producer."""
-        record = candidate.record
-        if record.expired(now):
-            if candidate.producer is not None:
-                candidate.producer.close()
-            self._report(
-                self._event(
-                    "rejected",
-                    record.version,
-                    self.current_config,
-                    record.librdkafka_config(),
-                    "expired before it could be applied",
-                    record,
-                )
-            )
-            return
-        before = self.current_config
-        hints = self._merge_hints(record)
-        if candidate.producer is not None:
-            if self._probation is not None:
-                self._end_probation()  # a newer configuration: the one on probation is the base now
-            self._previous = (self._producer, self.reliability, self._version, self._hints, self._stats_token)
-            self._swap(candidate.producer, candidate.reliability, candidate.token, now, pinned=True)
-            self._probation = Probation(
-                self._seq + 1,
-                self.settings.autotune_probation_reports,
-                now + self.settings.autotune_probation_ms,
-            )
-        self._version = record.version
-        self._set_hints(hints)
-        self._report(self._event("applied", record.version, before, self.current_config, "applied", record))
+    def _switch_inner(self, producer: Any, reliability: ProducerConfig, token: object, now: int) -> None:
+        """Send messages from the next sequence number on to ``producer`` (the data path's part of a swap).
 
-    def _swap(
-        self, producer: Any, reliability: ProducerConfig, token: object, now: int, pinned: bool
-    ) -> None:
-        """Send messages from the next sequence number on to ``producer``; drain the replaced one."""
-        old, old_config = self._producer, self.reliability
-        self._draining.add(
-            old,
-            drain_deadline_ms(now, old_config.message_timeout_ms),
-            f"control version {self._version}",
-            old_config.message_timeout_ms,
-            pinned=pinned,
-        )
-        reliability = dataclasses.replace(reliability, poll_interval_ms=old_config.poll_interval_ms)
+        Args:
+            producer: The inner producer taking over (the caller drains the replaced one).
+            reliability: Its configuration.
+            token: Its statistics token: only its statistics count from now on.
+            now: The caller's clock, ms since the epoch UTC.
+        """
         self._drop_hot(now)  # the windows' messages get callbacks of the new generation from here on
         self._generation = self._seq + 1
         self._producer, self._produce = producer, producer.produce
         self.reliability = reliability
-        self._history.change(self._seq + 1, reliability)
         network = self._network
         self._network_base = (network.tx_retries, network.request_timeouts, network.tx_errors)
         self._stats_token = token
-
-    def _judge(self, now: int) -> None:
-        probation = self._probation
-        assert probation is not None
-        handed = self._seq - probation.first_sequence + 1
-        verdict = probation.verdict(handed, len(self._producer), now)
-        if verdict == "pass":
-            self._end_probation()
-        elif verdict == "fail":
-            self._rollback(now, f"the brokers rejected it: {probation.last_rejection}")
-
-    def _end_probation(self) -> None:
-        self._probation = None
-        self._previous = None
-        self._draining.unpin()
-
-    def _rollback(self, now: int, reason: str) -> None:
-        """Go back to the configuration before the one on probation (its inner producer, still open)."""
-        assert self._previous is not None
-        producer, reliability, version, hints, token = self._previous
-        failed_version, before = self._version, self.current_config
-        self._draining.take(producer)
-        self._swap(producer, reliability, token, now, pinned=False)
-        self._end_probation()
-        self._version = version
-        self._set_hints(hints)
-        self._report(self._event("rolled_back", failed_version, before, self.current_config, reason))
-
-    def _merge_hints(self, record: ControlRecord) -> dict[str, Any] | None:
-        given = {"poll_interval_ms": record.poll_interval_ms, "producers": record.producers}
-        if all(v is None for v in given.values()):
-            return self._hints
-        base = self._hints or {"poll_interval_ms": None, "producers": None}
-        return {k: (v if v is not None else base[k]) for k, v in given.items()}
-
-    def _set_hints(self, hints: dict[str, Any] | None) -> None:
-        if hints == self._hints:
-            return
-        self._hints = hints
-        if self._on_hints is not None:  # withdrawn hints (a rollback) are reported as None each
-            try:
-                self._on_hints(
-                    dict(hints) if hints is not None else {"poll_interval_ms": None, "producers": None}
-                )
-            except Exception:
-                log.exception("on_hints callback failed")
-
-    def _event(
-        self,
-        kind: str,
-        version: int | None,
-        before: dict[str, Any],
-        after: dict[str, Any],
-        reason: str,
-        record: ControlRecord | None = None,
-    ) -> dict[str, Any]:
-        return {
-            "kind": kind,
-            "group": self.group,
-            "producer_id": self.producer_id,
-            "version": version,
-            "from": before,
-            "to": after,
-            "reason": reason,
-            "record_reason": record.reason if record is not None else None,
-            "at_ms": now_ms(),
-        }
-
-    def _report(self, event: dict[str, Any]) -> None:
-        """Count, log and hand one configuration event to ``on_reconfigure``."""
-        self.config_events[event["kind"]] += 1
-        level = logging.INFO if event["kind"] == "applied" else logging.WARNING
-        log.log(
-            level,
-            "producer group %r, control version %s %s: %s -> %s (%s)",
-            self.group,
-            event["version"],
-            event["kind"].replace("_", " "),
-            event["from"],
-            event["to"],
-            event["reason"],
-        )
-        if self._on_reconfigure is not None:
-            try:
-                self._on_reconfigure(event)
-            except Exception:
-                log.exception("on_reconfigure callback failed")
 
 
 def _forward(name: str) -> Callable[..., Any]:

@@ -16,6 +16,7 @@ from confluent_kafka import KafkaError, KafkaException
 import audit_producer.autotune as autotune_module
 import audit_producer.load as load_module
 import audit_producer.producer as producer_module
+import audit_producer.reconfiguration as reconfiguration_module
 from audit_producer import AuditedProducer, ProducerAuditSettings
 from audit_producer.autotune import Candidate, ControlFollower, inner_config
 from audit_producer.config_history import ConfigHistory
@@ -176,7 +177,7 @@ def audited(delivery_reports: str = "all", **kw: Any) -> tuple[AuditedProducer, 
 
 def candidate(p: AuditedProducer, record: ControlRecord) -> Candidate:
     """What the follower hands over: the built config and a prepared (fake) inner producer."""
-    c = p._build_candidate(record)
+    c = p._reconfiguration.build_candidate(record)
     c.producer = FakeInner(c.config)
     return c
 
@@ -302,10 +303,10 @@ def test_constructor_does_not_start_the_follower_the_first_produce_does(monkeypa
         def stop(self, timeout_s: float = 5.0) -> None:
             pass
 
-    monkeypatch.setattr(producer_module, "ControlFollower", Follower)
+    monkeypatch.setattr(reconfiguration_module, "ControlFollower", Follower)
     p, _, _ = audited(autotune=True)
     p._next_tick_ms = 0  # as after construction
-    assert started == [] and p._follower is None
+    assert started == [] and p._reconfiguration.follower is None
     p.produce("t", b"x")
     assert len(started) == 1
     p.poll(0)
@@ -327,7 +328,7 @@ def test_swap_sends_new_messages_to_the_new_producer_and_counts_both_exactly(no_
     produce(p, 4)
     c = candidate(p, control(1, poll_interval_ms=2.0))
     new = c.producer
-    p._offer(c)
+    p._reconfiguration.offer(c)
     p.poll(0)  # the caller's next tick swaps
     produce(p, 6)
     assert [m.sequence() for m in old.sent] == [1, 2, 3, 4]
@@ -350,7 +351,7 @@ def test_swap_sends_new_messages_to_the_new_producer_and_counts_both_exactly(no_
     new.deliver()
     assert len(p) == 0
     p.poll(0)
-    p._judge(now_ms())  # one delivered: probation passes, the old producer may close
+    p._reconfiguration.judge(now_ms())  # one delivered: probation passes, the old producer may close
     p._draining.reap(now_ms())
     assert old.closed and not p._draining
     p._tick(now_ms(), close_all=True)
@@ -370,7 +371,7 @@ def test_swap_sends_new_messages_to_the_new_producer_and_counts_both_exactly(no_
 def test_a_window_with_one_configuration_gets_one_snapshot(no_network) -> None:
     p, _, snapshots = audited()
     produce(p, 3, ts=T0 + 1)
-    p._offer(candidate(p, control(1)))
+    p._reconfiguration.offer(candidate(p, control(1)))
     p.poll(0)
     produce(p, 2, ts=T0 + WINDOW_MS + 1)  # the next window, all with the new configuration
     p._tick(now_ms(), close_all=True)
@@ -385,8 +386,9 @@ def test_hints_only_record_keeps_the_producer(no_network) -> None:
     p, old, _ = audited()
     same = control(1, acks="all", batch_num_messages=10_000, linger_ms=5.0, message_timeout_ms=300_000)
     assert same.librdkafka_config() == p.current_config
-    c = p._build_candidate(dataclasses.replace(same, producers=3))  # producer None: nothing to swap
-    p._offer(c)
+    # producer None: nothing to swap
+    c = p._reconfiguration.build_candidate(dataclasses.replace(same, producers=3))
+    p._reconfiguration.offer(c)
     p.poll(0)
     assert p._producer is old and p.active_control_version == 1
     assert p.hints == {"poll_interval_ms": None, "producers": 3} and not p._draining
@@ -400,7 +402,7 @@ def test_rejected_broker_side_rolls_back_and_reports(no_network, caplog) -> None
     produce(p, 2)
     c = candidate(p, control(7, poll_interval_ms=5.0))
     new = c.producer
-    p._offer(c)
+    p._reconfiguration.offer(c)
     p.poll(0)
     produce(p, 3)
     new.deliver(err=KafkaError(KafkaError.INVALID_REQUIRED_ACKS))  # 3 rejections, nothing delivered
@@ -428,9 +430,9 @@ def test_follower_rejection_and_expiry_change_nothing(no_network) -> None:
     events: list[dict] = []
     p, old, _ = audited(on_reconfigure=events.append)
     before = p.current_config
-    p._follower_rejected(control(2), "librdkafka rejected the configuration: bad")
+    p._reconfiguration.follower_rejected(control(2), "librdkafka rejected the configuration: bad")
     expired = candidate(p, control(3, expires_at_ms=now_ms() - 1))
-    p._offer(expired)
+    p._reconfiguration.offer(expired)
     p.poll(0)
     assert [e["kind"] for e in events] == ["rejected", "rejected"]
     assert events[0]["to"]["acks"] == "1" and events[0]["from"] == before
@@ -443,7 +445,7 @@ def test_errors_only_windows_wait_for_the_draining_producer(no_network) -> None:
     produce(p, 3)
     c = candidate(p, control(1))
     new = c.producer
-    p._offer(c)
+    p._reconfiguration.offer(c)
     p.poll(0)
     produce(p, 2)
     new.deliver()
@@ -461,7 +463,7 @@ def test_close_flushes_and_closes_draining_producers(no_network) -> None:
     p, old, snapshots = audited()
     produce(p, 2)
     c = candidate(p, control(1))
-    p._offer(c)
+    p._reconfiguration.offer(c)
     p.poll(0)
     produce(p, 1)
     old.deliver()
@@ -767,14 +769,14 @@ def test_run_load_returns_the_configuration_events(load_producer, monkeypatch) -
 
 # ---------------------------------------------------------------------------------------------- verifier
 def test_the_verifier_adds_up_the_snapshots_of_a_producer(monkeypatch, no_network) -> None:
-    """audit_consumer.ground_truth takes sent from the producer snapshots: extra configuration snapshots add 0."""
+    """audit_consumer.ground_truth takes sent from the producer snapshots: extra config snapshots add 0."""
     import audit_consumer.ground_truth as verify_module
     from audit_record.reader import SnapshotTable
 
     p, old, snapshots = audited()
     produce(p, 3)
     c = candidate(p, control(1))
-    p._offer(c)
+    p._reconfiguration.offer(c)
     p.poll(0)
     produce(p, 2)
     old.deliver()

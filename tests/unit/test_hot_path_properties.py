@@ -4,8 +4,9 @@ The references are :func:`audit_record.stamp.encode` / :func:`~audit_record.stam
 :func:`~audit_record.stamp.stamp_of`, :func:`audit_record.windows.window_start` and
 :meth:`audit_consumer.counts.PartitionCounts.observe`. The code under test is the very code the hot
 paths run: ``AuditedProducer.produce`` and its delivery-report counting (with fake librdkafka clients),
-:func:`audit_consumer.counts.count_batch` (the audit consumer's loop) and :func:`audit_consumer.ground_truth.tally`
-(the verifier's loop), fed random timestamps (negative and int64 edges included), window lengths,
+:func:`audit_consumer.counts.count_batch` (the audit consumer's loop) and
+:func:`audit_consumer.ground_truth.tally` (the verifier's loop), fed random timestamps (negative and int64
+edges included), window lengths,
 producer ids, sequences (with duplicates) and malformed stamps.
 """
 
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 import audit_producer.producer as producer_module
 from audit_consumer import counts
 from audit_consumer.counts import PartitionCounts, count_batch
+from audit_consumer.ground_truth import tally
 from audit_producer import AuditedProducer, ProducerAuditSettings
 from audit_record import decode, window_bounds, window_start
 from audit_record.stamp import (
@@ -36,7 +38,6 @@ from audit_record.stamp import (
     stamp_of,
 )
 from audit_record.stamp import decode as decode_stamp
-from audit_consumer.ground_truth import tally
 
 PROPERTY = settings(
     max_examples=100,
@@ -424,7 +425,7 @@ def test_hot_path_counts_equal_counting_each_message_at_once(
                 p.poll(0)
             else:
                 new = FakeProducer(mode == "errors")
-                p._swap(new, p.reliability, object(), clock.ms, pinned=False)
+                p._reconfiguration.swap(new, p.reliability, object(), clock.ms, pinned=False)
                 inners.append(new)
             # After any step: the window lists, flushed as every tick does first, hold the reference counts.
             p._flush_hot(clock.ms)
