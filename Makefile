@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 CLI := $(VENV)/bin/kafka-audit
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: bootstrap demo test test-unit lint bench clean
+.PHONY: bootstrap demo test test-unit lint bench lock image clean
 
 bootstrap:  ## venv (cached, keyed by dependencies), Maven jars, Debian packages: idempotent
 	@bash scripts/bootstrap.sh
@@ -17,6 +17,7 @@ demo: bootstrap  ## kafka-audit up on the embedded default: local Kafka + audit 
 test: bootstrap  ## lint + the layers contract + every test tier (unit and integration against the real local broker)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mkdocs build --strict --quiet --site-dir var/site
 	$(VENV)/bin/pytest -n 2 --dist loadgroup -m "not solo"
 	$(VENV)/bin/pytest -m solo
 
@@ -33,6 +34,12 @@ bench: bootstrap  ## benchmarks (not tests): print tables with ratios against ba
 	$(PY) lab/bench/producer.py
 	$(PY) lab/bench/spark_reconciliation.py
 	$(PY) lab/bench/retrain.py
+
+lock: bootstrap  ## requirements.lock: the product's runtime dependencies pinned from the dev venv (commit it)
+	$(PY) scripts/lock.py
+
+image: bootstrap  ## build deploy/Dockerfile with podman on a local Debian base and run it against a local cluster (the lab)
+	bash lab/container/build_and_run.sh
 
 clean:
 	rm -rf var build .pytest_cache .ruff_cache

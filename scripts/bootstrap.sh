@@ -8,10 +8,10 @@ CACHE="${KAFKA_AUDIT_CACHE:-$HOME/.cache/kafka-audit}"
 mkdir -p "$CACHE"
 log() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*" >&2; }
 
-# 1. Debian packages: Java (Kafka, Spark), Maven (jars), iproute2/iptables/ping + libnetfilter-queue (testbed),
-#    Prometheus/Alertmanager (alerts, dashboards tests), Chromium (report screenshot test), kcat (an
+# 1. Debian packages: the JDK 17 (Kafka, Spark), Maven (jars), iproute2/iptables/ping + libnetfilter-queue
+#    (testbed), Prometheus/Alertmanager (alerts, dashboards tests), Chromium (report screenshot test), kcat (an
 #    uninstrumented producer: the unaudited-traffic test).
-APT_PACKAGES=(openjdk-17-jre-headless maven iproute2 iptables iputils-ping build-essential python3.11-dev
+APT_PACKAGES=(openjdk-17-jdk-headless maven iproute2 iptables iputils-ping build-essential python3.11-dev
   libnetfilter-queue-dev prometheus prometheus-alertmanager chromium kcat)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -51,7 +51,21 @@ ln -sfn "$VENV" .venv
 # The lab's entry points register `kafka-audit testbed ...` and `kafka-audit soak ...`.
 .venv/bin/pip install -q --no-deps --no-build-isolation --config-settings editable_mode=compat -e . -e lab >/dev/null
 
-# 3. JVM jars from Maven Central, keyed by the pom: the broker (kafka), Spark's Kafka connector (spark),
+# 3. The runtime virtualenv: the product's locked runtime dependencies (requirements.lock, `make lock`) and
+#    nothing else, keyed by the lock. tests/install/ installs the wheel non-editable into a fresh venv that
+#    reaches these packages through a .pth file (as users install: the wheel + the lock); first build ~2 min.
+lock_key=$(sha256sum requirements.lock | cut -c1-16)
+RUNTIME="$CACHE/venv-runtime-$lock_key"
+if [ ! -f "$RUNTIME/.complete" ]; then
+  log "creating the runtime virtualenv $RUNTIME from requirements.lock"
+  rm -rf "$RUNTIME"
+  "$PY" -m venv "$RUNTIME"
+  "$RUNTIME/bin/pip" install -q -r requirements.lock
+  touch "$RUNTIME/.complete"
+fi
+ln -sfn "$RUNTIME" "$CACHE/venv-runtime"
+
+# 4. JVM jars from Maven Central, keyed by the pom: the broker (kafka), Spark's Kafka connector (spark),
 #    the Prometheus JMX exporter java agent the local brokers run with (jmx-exporter), MirrorMaker 2 (mirror).
 pom_key=$(sha256sum jvm/pom.xml | cut -c1-16)
 for profile in kafka spark jmx-exporter mirror; do
@@ -65,4 +79,4 @@ for profile in kafka spark jmx-exporter mirror; do
   fi
   ln -sfn "$dir" "$CACHE/jars-$profile"
 done
-log "ready: venv $VENV, jars in $CACHE/jars-kafka, $CACHE/jars-spark, $CACHE/jars-jmx-exporter and $CACHE/jars-mirror"
+log "ready: venv $VENV, runtime venv $RUNTIME, jars in $CACHE/jars-kafka, $CACHE/jars-spark, $CACHE/jars-jmx-exporter and $CACHE/jars-mirror"
