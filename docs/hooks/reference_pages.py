@@ -46,7 +46,20 @@ LAB = ROOT / "lab"
 LAB_RECORDS = (LAB / "README.md", LAB / "experiments", LAB / "bench" / "results")
 """The lab's description, its experiment records and the benchmark reports, served under ``lab/`` as in the
 repository, so relative links between them work on the site and in the repository alike."""
-LAB_SUFFIXES = {".md", ".png", ".svg", ".csv", ".json", ".jsonl", ".txt", ".yaml", ".yml", ".sh", ".py", ".gz"}
+LAB_SUFFIXES = {
+    ".md",
+    ".png",
+    ".svg",
+    ".csv",
+    ".json",
+    ".jsonl",
+    ".txt",
+    ".yaml",
+    ".yml",
+    ".sh",
+    ".py",
+    ".gz",
+}
 
 
 # ------------------------------------------------------------------------------------------- helpers
@@ -69,7 +82,12 @@ def _strip_rich(text: str) -> str:
 
 # ------------------------------------------------------------------------------------------ CLI page
 def _is_sentinel(value: Any) -> bool:
-    return value is None or callable(value) or "sentinel" in type(value).__name__.lower() or repr(value).startswith("<")
+    return (
+        value is None
+        or callable(value)
+        or "sentinel" in type(value).__name__.lower()
+        or repr(value).startswith("<")
+    )
 
 
 def _default(param: Any) -> str:
@@ -89,7 +107,7 @@ def _default(param: Any) -> str:
 
 
 def _context(cmd: Any, name: str) -> Any:
-    """A click context of ``cmd`` (Typer may bring its own copy of click: use the command's class)."""
+    """Return a click context of ``cmd`` (Typer may bring its own copy of click: use the command's class)."""
     return cmd.context_class(cmd, info_name=name)
 
 
@@ -108,7 +126,9 @@ def _command_section(cmd: Any, path: list[str], out: list[str]) -> None:
     if arguments:
         out.append("| argument | help | default |\n|---|---|---|")
         for p in arguments:
-            out.append(f"| {_code(getattr(p, 'metavar', None) or (p.name or '').upper())} | {_cell(_strip_rich(getattr(p, 'help', '') or ''))} | {_cell(_default(p))} |")
+            name = _code(getattr(p, "metavar", None) or (p.name or "").upper())
+            help_ = _cell(_strip_rich(getattr(p, "help", "") or ""))
+            out.append(f"| {name} | {help_} | {_cell(_default(p))} |")
         out.append("")
     if options:
         out.append("| option | help | default |\n|---|---|---|")
@@ -128,6 +148,7 @@ def _command_section(cmd: Any, path: list[str], out: list[str]) -> None:
 
 
 def cli_page() -> str:
+    """Return ``reference/cli.md``: every command of the ``kafka-audit`` app, walked as click commands."""
     import typer.main
 
     from kafka_audit.cli import app
@@ -173,10 +194,14 @@ def _lab_command_names() -> set[str]:
         probe = typer.Typer()
         try:
             ep.load()(probe)
-        except Exception:  # noqa: BLE001 - the page lists what loads
+        except Exception as exc:  # the page lists what loads
+            log.info("CLI reference: entry point %s not loaded: %s", ep.name, exc)
             continue
         names |= {g.name or "" for g in probe.registered_groups}
-        names |= {(c.name or (c.callback.__name__.replace("_", "-") if c.callback else "")) for c in probe.registered_commands}
+        names |= {
+            (c.name or (c.callback.__name__.replace("_", "-") if c.callback else ""))
+            for c in probe.registered_commands
+        }
     return names
 
 
@@ -188,7 +213,7 @@ def _settings_classes() -> list[type]:
     for package in PRODUCT_PACKAGES:
         try:
             pkg = importlib.import_module(package)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.warning("settings reference: cannot import %s: %s", package, exc)
             continue
         modules = [package]
@@ -201,7 +226,7 @@ def _settings_classes() -> list[type]:
                 continue  # import only modules that can define settings
             try:
                 module = importlib.import_module(name)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log.warning("settings reference: cannot import %s: %s", name, exc)
                 continue
             for obj in vars(module).values():
@@ -269,13 +294,14 @@ def _field_default(field: Any) -> str:
 
 
 def settings_page() -> str:
+    """Return ``reference/settings.md``: every settings model of the product packages, field by field."""
     out = [
         "# Settings reference\n",
         "Generated from the settings models (pydantic-settings) when this site was built. Every setting is "
         "read, from the highest precedence down, from:\n",
         "1. the command line (the options in the [command line reference](cli.md));",
         "2. the environment (the variables below; a list or mapping is given as JSON);",
-        "3. the configuration file of `kafka-audit up --config FILE` (TOML or YAML, one section per model below);",
+        "3. the configuration file of `kafka-audit up --config FILE` (TOML or YAML);",
         "4. the defaults below.\n",
         "Secrets (passwords) are never printed; settings show `**********`.\n",
     ]
@@ -288,10 +314,13 @@ def settings_page() -> str:
         docs = _attribute_docs(cls)
         out.append("| environment variable | type | default | description |\n|---|---|---|---|")
         for name, field in cls.model_fields.items():
-            env = (field.validation_alias if isinstance(field.validation_alias, str) else None) or f"{prefix}{name}"
+            env = (
+                field.validation_alias if isinstance(field.validation_alias, str) else None
+            ) or f"{prefix}{name}"
             description = field.description or docs.get(name, "")
             out.append(
-                f"| `{env.upper()}` | {_cell(_code(_type_name(field.annotation)))} | {_cell(_field_default(field))} "
+                f"| `{env.upper()}` | {_cell(_code(_type_name(field.annotation)))} "
+                f"| {_cell(_field_default(field))} "
                 f"| {_cell(description)} |"
             )
         out.append("")
@@ -312,6 +341,7 @@ def _lab_files(config: Any) -> list[File]:
 
 # ------------------------------------------------------------------------------------------ the hook
 def on_files(files: Files, config: Any) -> Files:
+    """Add the generated reference pages and the lab's records to the site's files."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     files.append(File.generated(config, "reference/cli.md", content=cli_page()))

@@ -9,7 +9,8 @@ bounds in the round's ``training-windows.csv``) with both scores (:func:`predict
 ``scaled`` False / True) and prints the held-out coverage and mean interval width of each, beside the
 heads without any offset.
 
-Usage: ``.venv/bin/python lab/experiments/predictor-learning/interval_scores.py`` (no arguments; prints a table,
+Usage: ``.venv/bin/python lab/experiments/predictor-learning/interval_scores.py``
+(no arguments; prints a table,
 ``interval-scores.txt``). A few seconds.
 """
 

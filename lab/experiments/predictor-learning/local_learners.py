@@ -17,7 +17,8 @@ Reads the committed learning-experiment windows (rounds 1-7, ``training-windows.
    same for every window of a stage (the configuration, the polling interval and the stage's network),
    on these windows. Only the per-window L and D vary within a stage.
 
-Usage: ``.venv/bin/python lab/experiments/predictor-learning/local_learners.py`` (no arguments; prints tables).
+Usage: ``.venv/bin/python lab/experiments/predictor-learning/local_learners.py``
+(no arguments; prints tables).
 """
 
 from __future__ import annotations

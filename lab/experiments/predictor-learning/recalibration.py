@@ -8,7 +8,8 @@ additive (CQR) and width-relative (CQR-r) scores (:func:`predictor.retrain.calib
 the offset q and the held-out ``shift`` runs' coverage and mean width of the 90% P_l interval (24
 windows each). Point predictions, and so MAE(P_l), do not change.
 
-Usage: ``.venv/bin/python lab/experiments/predictor-learning/recalibration.py`` (no arguments; prints a table,
+Usage: ``.venv/bin/python lab/experiments/predictor-learning/recalibration.py``
+(no arguments; prints a table,
 ``recalibration.txt``). A few seconds.
 """
 

@@ -2,7 +2,8 @@
 
 Retrains the shipped model offline, exactly as the live job's background retraining does
 (:func:`predictor.retrain.retrain` with its defaults; base data the paper's ``experiments.csv`` and
-``lab/experiments/batch-pktloss-grid/testbed-batch-pktloss.csv``, as ``train.sh`` passes them), on subsets of round 5's stored training
+``lab/experiments/batch-pktloss-grid/testbed-batch-pktloss.csv``, as ``train.sh`` passes them), on subsets of
+round 5's stored training
 windows (``round-05/training-windows.csv``), and scores each challenger on round 5's two held-out
 sets of the ``shift`` scenario, which no subset contains:
 
@@ -13,7 +14,8 @@ Subsets: every window; the windows at 2 ms; those at 1 ms; every window but the 
 ``tuned`` run's. Prints MAE(P_l) (fraction) and 90%-interval coverage per held-out set, and MAE(P_l) on
 the paper's held-back split. Deterministic (the retrain seed is fixed); about 10 s on 2 cores.
 
-Usage: ``.venv/bin/python lab/experiments/predictor-learning/training_subsets.py`` (no arguments; prints a table).
+Usage: ``.venv/bin/python lab/experiments/predictor-learning/training_subsets.py``
+(no arguments; prints a table).
 """
 
 from __future__ import annotations

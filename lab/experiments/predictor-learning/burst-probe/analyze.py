@@ -8,7 +8,8 @@ counter minus the previous window's of the same stage: each stage has its own pr
 is exactly three windows). Then the Spearman rank correlation of R_l with L and with each counter over
 the impaired windows.
 
-Usage: ``.venv/bin/python lab/experiments/predictor-learning/burst-probe/analyze.py`` (no arguments).
+Usage: ``.venv/bin/python lab/experiments/predictor-learning/burst-probe/analyze.py``
+(no arguments).
 """
 
 from __future__ import annotations

@@ -6,11 +6,13 @@ second. This script gives each stored window the rate its producer namespace mea
 (``100 * delta TCPTimeouts / delta OutSegs``, what ``TcpRetransmitMeter`` measures per statistics
 interval), then retrains the shipped model offline exactly as the job's background retraining does
 (:func:`predictor.retrain.retrain`, its defaults, base data the paper's ``experiments.csv`` and
-``lab/experiments/batch-pktloss-grid/testbed-batch-pktloss.csv``) on every training window, twice: with the measured rate, and with
+``lab/experiments/batch-pktloss-grid/testbed-batch-pktloss.csv``) on every training window, twice: with
+the measured rate, and with
 the rate at 0 (what the model knew before). Both, the shipped model and the round's champion as the
 job served it are scored on the held-out ``shift`` runs' windows.
 
-Usage: ``.venv/bin/python lab/experiments/predictor-learning/rto-probe/offline.py lab/experiments/predictor-learning/round-08``
+Usage: ``.venv/bin/python lab/experiments/predictor-learning/rto-probe/offline.py
+lab/experiments/predictor-learning/round-08``
 (a round's ``training-windows.csv``, ``holdout-windows.csv``, ``netstat.txt[.gz]``,
 ``netstat-header.txt``); prints a table (``offline.txt``), writes ``windows-with-rate.csv`` beside this
 script. About 15 s on 2 cores.

@@ -7,7 +7,8 @@ R_l, the job's L and the rate (``100 * delta TCPTimeouts / delta OutSegs`` of th
 over the window), and the Spearman rank correlation of R_l with L and with the rate over the impaired
 windows.
 
-Usage: ``.venv/bin/python lab/experiments/predictor-learning/rto-probe/probe.py RUN_DIR`` (``windows.csv``,
+Usage: ``.venv/bin/python lab/experiments/predictor-learning/rto-probe/probe.py RUN_DIR``
+(``windows.csv``,
 ``stages.json``, ``netstat.txt.gz``, ``netstat-header.txt``; e.g. ``shift-default-p2/``).
 """
 

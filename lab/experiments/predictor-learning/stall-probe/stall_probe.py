@@ -21,8 +21,8 @@ Two commands:
 from __future__ import annotations
 
 import csv
-import gzip
 import datetime as dt
+import gzip
 import re
 import sys
 import time
@@ -79,7 +79,11 @@ def _stages(log: Path) -> list[tuple[float, str]]:
 
 def analyze(run: Path, samples: Path, log: Path) -> None:
     """Print the per-stage table and the leave-one-out fits (see the module docstring)."""
-    lines = (gzip.open(samples, "rt").read() if samples.suffix == ".gz" else samples.read_text()).splitlines()
+    if samples.suffix == ".gz":
+        with gzip.open(samples, "rt") as f:
+            lines = f.read().splitlines()
+    else:
+        lines = samples.read_text().splitlines()
     rows_s = [[int(x) for x in ln.split(",")] for ln in lines if ln.count(",") == 8]
     s = np.array(sorted(rows_s), dtype=float)
     stages = _stages(log)

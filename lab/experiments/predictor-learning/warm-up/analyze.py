@@ -9,7 +9,8 @@ what a perfect predictor whose inputs are the same for every window of a stage w
 Spearman rank correlation of R_l with the CPU the Spark job and the brokers used in the window (cores,
 from ``cpu_probe.py`` samples every 100 ms).
 
-Usage: ``.venv/bin/python lab/experiments/predictor-learning/warm-up/analyze.py`` (no arguments; prints the tables
+Usage: ``.venv/bin/python lab/experiments/predictor-learning/warm-up/analyze.py``
+(no arguments; prints the tables
 committed as ``analysis.txt``).
 """
 
