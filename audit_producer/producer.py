@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from struct import Struct
@@ -43,12 +42,30 @@ from audit_producer.network_history import NetworkHistory
 from audit_producer.network_stats import TcpRetransmitMeter, parse_statistics
 from audit_producer.reconfiguration import LiveReconfiguration
 from audit_producer.settings import ProducerAuditSettings
-from audit_producer.tcp_backlog import Mark, TcpBacklog, TcpSocket, open_backlog, outstanding_of
+from audit_producer.tcp_backlog import Mark, TcpSocket, open_backlog
+from audit_producer.tcp_drain import TcpDrainWait
+from audit_producer.window_counts import ACKED as _ACKED
+from audit_producer.window_counts import BYTES as _BYTES
+from audit_producer.window_counts import CB_GENERATION as _CB_GENERATION
+from audit_producer.window_counts import COUNT_CB as _COUNT_CB
+from audit_producer.window_counts import DIRTY as _DIRTY
+from audit_producer.window_counts import FAILED as _FAILED
+from audit_producer.window_counts import FIRST_SEQ as _FIRST_SEQ
+from audit_producer.window_counts import LAST_PRODUCE_MS as _LAST_PRODUCE_MS
+from audit_producer.window_counts import LAST_SEQ as _LAST_SEQ
+from audit_producer.window_counts import REPORT_CB as _REPORT_CB
+from audit_producer.window_counts import SENT as _SENT
+from audit_producer.window_counts import (
+    chain,
+    count_failure,
+    new_window,
+    partition_deliveries,
+    window_counter,
+    window_snapshots,
+)
 from audit_record import (
-    PRODUCER_TIER,
     AuditRecord,
     NetworkStats,
-    PartitionDelivery,
     ProducerConfig,
     encode,
     now_ms,
@@ -66,25 +83,6 @@ from kafka_plumbing.topics import AUDIT_TOPIC_CONFIG, connection_config, ensure_
 
 log = logging.getLogger(__name__)
 
-# Indices into the per-window count list (a list, not an object: this is the per-message hot path). The
-# last three hold the window's delivery-report callbacks (see "The hot path" in AuditedProducer).
-(
-    _SENT,
-    _ACKED,
-    _FAILED,
-    _BYTES,
-    _FIRST_SEQ,
-    _LAST_SEQ,
-    _LAST_PRODUCE_MS,
-    _DIRTY,
-    _COUNT_CB,
-    _REPORT_CB,
-    _CB_GENERATION,
-    _ACKED_BY,
-    _FAILED_BY,
-) = range(13)
-# _ACKED_BY: partition -> successful reports; _FAILED_BY: (partition, librdkafka error name) -> failed
-# reports (docs/DESIGN.md, "Attribution").
 _NO_WINDOW = -(1 << 62)  # the hot window's end when there is none: no clock reading falls before it
 _SETTLE_MARGIN_MS = 2_000
 _CHECK_POLL_MS = 100  # while the audit topic check runs, look for its result this often, ms
@@ -95,20 +93,6 @@ _NEVER = 1 << 62  # a tick time that never comes, ms
 if (SEQUENCE_BYTES, SEQUENCE_BYTEORDER) != (8, "big"):  # pragma: no cover - the stamp's definition
     raise ImportError("the stamp packing below assumes an 8-byte big-endian sequence number")
 _SEQUENCE_FORMAT = "Q"  # struct: unsigned 8 bytes, big-endian with ">"
-CONFIG_MARKER = "#config-"
-"""Source suffix of a window's extra configuration snapshots (``<client.id>#config-<n>``, n = 1, 2, ...)."""
-
-
-def _chain(
-    count: Callable[[KafkaError | None, Message], None], callback: Callable[..., None]
-) -> Callable[[KafkaError | None, Message], None]:
-    """Return a delivery callback that counts the report, then calls the caller's per-call callback."""
-
-    def report(err: KafkaError | None, msg: Message) -> None:
-        count(err, msg)
-        callback(err, msg)
-
-    return report
 
 
 def _close_client(producer: Any) -> None:
@@ -165,7 +149,6 @@ class AuditedProducer:
         "__weakref__",
         "_audit_producer",
         "_autotune",
-        "_backlog",
         "_base_config",
         "_check_error",
         "_check_lock",
@@ -174,7 +157,6 @@ class AuditedProducer:
         "_checked",
         "_closed",
         "_conn",
-        "_drain",
         "_draining",
         "_errors_only",
         "_generation",
@@ -202,6 +184,7 @@ class AuditedProducer:
         "_stamp",
         "_stats_token",
         "_tcp",
+        "_tcp_drain",
         "_tick_at",
         "_user_dr",
         "_user_stats_cb",
@@ -317,8 +300,8 @@ class AuditedProducer:
 
         # TCP drain (docs/DESIGN.md, invariant 8): per settled window, the mark of every byte written when
         # it settled, when that was (ms) and the bytes still unacknowledged at the last tick.
-        self._backlog: TcpBacklog | None = open_backlog() if self.settings.tcp_drain_wait_ms > 0 else None
-        self._drain: dict[tuple[str, int], tuple[Mark, int, int]] = {}
+        wait_ms = self.settings.tcp_drain_wait_ms
+        self._tcp_drain = TcpDrainWait(open_backlog() if wait_ms > 0 else None, wait_ms)
 
     # ------------------------------------------------------------------ the caller's API
     # The hot path. produce() costs what CPython makes it cost, so it does as little as it can; every
@@ -425,7 +408,7 @@ class AuditedProducer:
         if not hot or w is None:
             hot = False
             known = self._windows.get((topic, start))
-            w = known if known is not None else [0, 0, 0, 0, seq, seq, now, 0, None, None, None, {}, {}]
+            w = known if known is not None else new_window(seq, now)
             self._bind_reports(w)
         stamp = self._stamp(self._prefix, seq)
         if headers is None:
@@ -434,7 +417,7 @@ class AuditedProducer:
             hdrs = [(STAMP_HEADER, stamp), *headers.items()]
         else:
             hdrs = [(STAMP_HEADER, stamp), *headers]
-        report = w[_REPORT_CB] if callback is None else _chain(w[_COUNT_CB], callback)
+        report = w[_REPORT_CB] if callback is None else chain(w[_COUNT_CB], callback)
         self._produce(topic, value, key, partition, report, None, ts, hdrs)
         if not hot:  # the message is out: its window becomes the hot one (a new one is kept from now on)
             self._flush_hot(now)
@@ -599,7 +582,7 @@ class AuditedProducer:
             self._producer.flush(timeout_s)
             self._producer.poll(0)
             self._draining.close_all(timeout_s)  # their last reports counted before the final snapshots
-            self._await_drain(timeout_s)
+            self._tcp_drain.await_all(self._windows, timeout_s)
             if self._windows and not self._checked:
                 self._check_error = None
                 self.check(timeout_s)  # the final snapshots need the audit topic
@@ -611,8 +594,7 @@ class AuditedProducer:
             self._reconfiguration.close()
             _close_client(self._audit_producer)
             _close_client(self._producer)
-            if self._backlog is not None:
-                self._backlog.close()
+            self._tcp_drain.close()
 
     # ------------------------------------------------------------------ delivery reports and stats
     def _bind_reports(self, w: list[Any]) -> None:
@@ -629,53 +611,20 @@ class AuditedProducer:
         generation: int,
         then: Callable[[KafkaError | None, Message], None] | None,
     ) -> Callable[[KafkaError | None, Message], None]:
-        """Return the delivery callback of window ``w``'s messages: count the report in ``w``, then ``then``.
+        """Return the delivery callback of window ``w``'s messages (:func:`window_counter`).
 
         ``generation`` is the first sequence number of the inner producer the messages are given to.
         """
-        failed = self._count_failure
-        acked_by: dict[int, int] = w[_ACKED_BY]
-        if then is None:
-
-            def count(err: KafkaError | None, msg: Message) -> None:
-                if err is None:
-                    w[_ACKED] += 1
-                    w[_DIRTY] = 1
-                    p = msg.partition()
-                    acked_by[p] = acked_by.get(p, 0) + 1
-                else:
-                    failed(w, generation, err, msg)
-
-            return count
-
-        def count_then(err: KafkaError | None, msg: Message) -> None:
-            if err is None:
-                w[_ACKED] += 1
-                w[_DIRTY] = 1
-                p = msg.partition()
-                acked_by[p] = acked_by.get(p, 0) + 1
-            else:
-                failed(w, generation, err, msg)
-            then(err, msg)
-
-        return count_then
+        return window_counter(w, generation, then, self._count_failure)
 
     def _count_failure(self, w: list[Any], generation: int, err: KafkaError, msg: Message) -> None:
-        """Count a failed delivery in ``w``, by partition and error; judge the configuration on probation.
+        """Count a failed delivery in ``w`` (:func:`count_failure`); judge the configuration on probation.
 
         ``generation`` is the first sequence number given to the inner producer that failed the message,
         a lower bound of its own: at least the probation's first sequence number exactly when that
-        producer is the one on probation. The report names the partition (-1 when the message failed
-        before librdkafka assigned it one: confluent-kafka's ``Message.partition()`` gives None then, as
-        for a message that timed out or was purged before the topic's metadata arrived) and the error
-        (``KafkaError.name()``).
+        producer is the one on probation.
         """
-        w[_FAILED] += 1
-        w[_DIRTY] = 1
-        by: dict[tuple[int, str], int] = w[_FAILED_BY]
-        partition = msg.partition()
-        key = (-1 if partition is None else partition, err.name())
-        by[key] = by.get(key, 0) + 1
+        count_failure(w, err, msg)
         if self._reconfiguration.probation is not None:
             self._reconfiguration.on_failure(generation, err)
 
@@ -776,10 +725,10 @@ class AuditedProducer:
         for (topic, start), w in list(self._windows.items()):
             end = start + self._window_ms
             settled = self._settled(w, now, held)
-            if settled and self._backlog is not None and not close_all:
+            if settled and self._tcp_drain.backlog is not None and not close_all:
                 if view is None:
-                    view = self._tcp_view()
-                settled = self._drained((topic, start), w, now, *view)
+                    view = self._tcp_drain.view()
+                settled = self._tcp_drain.drained((topic, start), w, now, *view)
             closing = close_all or (now >= end + self.settings.grace_ms and settled)
             if not (w[_DIRTY] or closing):
                 continue
@@ -790,7 +739,7 @@ class AuditedProducer:
             w[_DIRTY] = 0
             if closing:
                 del self._windows[(topic, start)]
-                self._drain.pop((topic, start), None)
+                self._tcp_drain.forget((topic, start))
                 if self._hot_w is w:
                     self._drop_hot(now)
         if len(self._history) > 1:
@@ -801,149 +750,22 @@ class AuditedProducer:
         self._network_history.forget_before(oldest_start)
         self._audit_producer.poll(0)
 
-    def _in_flight_bytes(self, key: tuple[str, int]) -> int | None:
-        """Return a window's ``in_flight_bytes`` (None: this producer does not watch its connections)."""
-        if self._backlog is None:
-            return None
-        entry = self._drain.get(key)
-        return 0 if entry is None else entry[2]
-
-    def _sockets(self) -> list[TcpSocket]:
-        """Return the namespace's TCP sockets; on a netlink error stop watching them (logged)."""
-        assert self._backlog is not None
-        try:
-            return self._backlog.sockets()
-        except OSError as exc:
-            log.warning("reading the TCP socket table failed (%s): final snapshots stop waiting for TCP", exc)
-            self._backlog.close()
-            self._backlog = None
-            self._drain.clear()
-            return []
-
-    def _tcp_view(self) -> tuple[list[TcpSocket], Mark]:
-        """Return the TCP sockets (:meth:`_sockets`) and the mark of every byte the process wrote to them."""
-        sockets = self._sockets()
-        return sockets, ({} if self._backlog is None else self._backlog.mark_in(sockets))
-
-    def _drained(
-        self, key: tuple[str, int], w: list[Any], now: int, sockets: list[TcpSocket], mark: Mark
-    ) -> bool:
-        """Return True once a settled window's bytes have reached the brokers (or the wait is over).
-
-        The first call keeps ``mark``, every byte the process has written by now
-        (:mod:`audit_producer.tcp_backlog`; :meth:`_tcp_view` reads it once per tick): the window's
-        messages all have delivery reports, so each was written before, or never will be.
-        A window whose bytes are not all acknowledged yet is marked dirty (and again whenever that
-        number changes), so a snapshot with its ``in_flight_bytes`` goes out at this tick.
-        """
-        if self._backlog is None:
-            return True
-        entry = self._drain.get(key)
-        if entry is None:
-            entry = (mark, now, outstanding_of(mark, sockets))
-            if entry[2]:
-                w[_DIRTY] = 1
-        else:
-            left = outstanding_of(entry[0], sockets)
-            if left != entry[2]:
-                w[_DIRTY] = 1
-            entry = (entry[0], entry[1], left)
-        self._drain[key] = entry
-        if entry[2] and now - entry[1] >= self.settings.tcp_drain_wait_ms:
-            log.warning(
-                "window %s of %s: %d bytes still unacknowledged by TCP after %d ms; final snapshot sent",
-                key[1],
-                key[0],
-                entry[2],
-                now - entry[1],
-            )
-            return True
-        return entry[2] == 0
-
-    def _await_drain(self, timeout_s: float) -> None:
-        """Wait until every byte written so far is acknowledged by TCP, at most ``timeout_s`` (close)."""
-        if self._backlog is None or not self._windows:
-            return
-        sockets, mark = self._tcp_view()
-        if self._backlog is None:
-            return
-        deadline = now_ms() + min(int(1000 * timeout_s), self.settings.tcp_drain_wait_ms)
-        left = outstanding_of(mark, sockets)
-        while left and now_ms() < deadline:
-            time.sleep(0.05)
-            left = outstanding_of(mark, self._sockets())
-        for key in self._windows:
-            self._drain[key] = (mark, 0, left)
-
     def _emit(self, topic: str, start: int, end: int, w: list[Any], final: bool) -> None:
-        """Send the snapshot of one window, and one per extra configuration the window ran with.
-
-        The window's configurations are those of its sequence numbers ``first_sequence..last_sequence``
-        (:class:`~audit_producer.config_history.ConfigHistory`); its snapshot (key
-        ``producer|<client.id>|...``) carries the first, the one it started with, and all its counts.
-        A window that ran with more (an autotune swap while it was open) gets one more snapshot per
-        extra configuration, source ``<client.id>#config-<n>``, with that configuration and every count
-        0, final when the window's is. Reconciliation counts distinct configurations over a window's
-        producer snapshots (``producer_configs`` in the window result, ``spark_streaming.reconcile``),
-        so it sees > 1, while sums over snapshots (sent, acknowledged, failed, bytes) and the producer
-        count (distinct producer ids) stay exact. This needs no schema change: records stay readable
-        by every reader, and a producer that never changes configuration writes exactly what it wrote
-        before. Readers that take one snapshot per (producer id, window) must add the snapshots of a
-        producer id instead (their extras add 0).
-        """
-        configs = self._history.configs_between(w[_FIRST_SEQ], w[_LAST_SEQ])
-        network = self._network_history.during(start, end) or self._network
-        self._send(
-            AuditRecord(
-                tier=PRODUCER_TIER,
-                source=self.client_id,
-                producer_id=self.producer_id,
-                topic=topic,
-                window_start_ms=start,
-                window_end_ms=end,
-                final=final,
-                sent=w[_SENT],
-                acknowledged=min(w[_ACKED], w[_SENT] - w[_FAILED]),
-                failed=w[_FAILED],
-                bytes=w[_BYTES],
-                in_flight_bytes=self._in_flight_bytes((topic, start)),
-                first_sequence=w[_FIRST_SEQ],
-                last_sequence=w[_LAST_SEQ],
-                producer_config=configs[0],
-                network=network,
-                partitions=self._partitions(topic, start, end, w),
-            )
-        )
-        for n, config in enumerate(configs[1:], 1):
-            self._send(
-                AuditRecord(
-                    tier=PRODUCER_TIER,
-                    source=f"{self.client_id}{CONFIG_MARKER}{n}",
-                    producer_id=self.producer_id,
-                    topic=topic,
-                    window_start_ms=start,
-                    window_end_ms=end,
-                    final=final,
-                    producer_config=config,
-                    network=network,
-                )
-            )
-
-    def _partitions(self, topic: str, start: int, end: int, w: list[Any]) -> list[PartitionDelivery]:
-        """Return the window's delivery reports per partition (by partition), with each one's leader(s)."""
-        acked_by: dict[int, int] = w[_ACKED_BY]
-        failed_by: dict[tuple[int, str], int] = w[_FAILED_BY]
-        out: dict[int, PartitionDelivery] = {}
-        for (partition, error), n in list(failed_by.items()):
-            p = out.get(partition) or out.setdefault(partition, PartitionDelivery(partition=partition))
-            p.failed += n
-            p.failed_by_error[error] = p.failed_by_error.get(error, 0) + n
-        for partition, n in list(acked_by.items()):
-            p = out.get(partition) or out.setdefault(partition, PartitionDelivery(partition=partition))
-            p.acknowledged = n
-        for partition, p in out.items():
-            p.leader, p.leaders = self._leaders.during(topic, partition, start, end)
-        return [out[k] for k in sorted(out)]
+        """Send the snapshots of one window (:func:`~audit_producer.window_counts.window_snapshots`)."""
+        for record in window_snapshots(
+            w,
+            client_id=self.client_id,
+            producer_id=self.producer_id,
+            topic=topic,
+            start=start,
+            end=end,
+            final=final,
+            configs=self._history.configs_between(w[_FIRST_SEQ], w[_LAST_SEQ]),
+            network=self._network_history.during(start, end) or self._network,
+            in_flight_bytes=self._tcp_drain.in_flight_bytes((topic, start)),
+            partitions=partition_deliveries(w, self._leaders, topic, start, end),
+        ):
+            self._send(record)
 
     def _send(self, record: AuditRecord) -> None:
         self._audit_producer.produce(

@@ -42,7 +42,7 @@ def _producer(drain_wait_ms: int) -> tuple[AuditedProducer, list[AuditRecord], F
     sent: list[AuditRecord] = p.__dict__.setdefault("captured", [])
     p._checked = True
     backlog = FakeBacklog()
-    p._backlog = backlog  # type: ignore[assignment]
+    p._tcp_drain.backlog = backlog  # type: ignore[assignment]
     t = now_ms() - 5_000
     p.produce("orders", b"x", timestamp=t)
     p._producer.purge()  # no broker: the message fails at once, so the window is settled
@@ -68,7 +68,7 @@ def test_the_final_snapshot_waits_for_the_bytes_on_the_wire_and_says_how_many():
         final = _final(sent)
         assert len(final) == 1 and final[0].in_flight_bytes == 0 and final[0].failed == 1
     finally:
-        p._backlog = None
+        p._tcp_drain.close()
         p.close(0)
 
 
@@ -82,7 +82,7 @@ def test_the_wait_is_bounded():
         final = _final(sent)
         assert len(final) == 1 and final[0].in_flight_bytes == 100  # sent anyway, with what was left
     finally:
-        p._backlog = None
+        p._tcp_drain.close()
         p.close(0)
 
 
@@ -92,7 +92,7 @@ def test_without_the_socket_table_nothing_waits_and_snapshots_say_so():
     sent: list[AuditRecord] = p.__dict__.setdefault("captured", [])
     p._checked = True
     try:
-        assert p._backlog is None
+        assert p._tcp_drain.backlog is None
         p.produce("orders", b"x", timestamp=now_ms() - 5_000)
         p._producer.purge()
         p._producer.poll(1.0)
