@@ -23,6 +23,7 @@ from rich.table import Table
 
 from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.paths import default_kafka_dir, default_mirror_dir
+from spark_streaming.settings import SparkJobSettings
 
 if TYPE_CHECKING:
     from kafka_plumbing.mirror import MirrorMaker
@@ -168,8 +169,8 @@ def tiers(
         typer.Option("--bootstrap-servers", "-b", help="The cluster of the results topic (default: local)."),
     ] = None,
     results_topic: Annotated[
-        str, typer.Option(help="Results topic (Avro WindowResult).")
-    ] = "__kafka_audit_results",
+        str, typer.Option(help="Results topic (Avro WindowResult; the Spark job's default).")
+    ] = SparkJobSettings.model_fields["results_topic"].default,
     topic: Annotated[str | None, typer.Option(help="Only this audited topic.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many (topic, window) lines.")] = 20,
     final_only: Annotated[
