@@ -359,7 +359,7 @@ def plot(
         Path | None, typer.Option(help="The paper's experiments.csv (default: predictor/base_data/wu2020/experiments.csv).")
     ] = None,
     out: Annotated[Path, typer.Option(help="Output directory for fig4.png ... fig8.png.")] = Path(
-        "docs/figures"
+        "lab/experiments/batch-pktloss-grid/figures"
     ),
 ) -> None:
     """Draw the paper's Figs. 4-8 from experiment CSVs, the paper's data and ours side by side."""

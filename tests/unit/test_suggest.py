@@ -81,7 +81,7 @@ def test_arrival_rate_above_capacity_suggests_scaling():
 def test_a_measured_throughput_sizes_the_producer_count_on_the_deployment():
     # The testbed's weblog "heavy loss" stage: 4,000 messages/s, L 15%, D 30 ms. The shipped model expects
     # one producer to deliver about 1,600 messages/s there; the window measured 170 (96% lost), and eight
-    # producers then lost 0.5% (data/testbed-control/heavy-loss-sweep).
+    # producers then lost 0.5% (lab/experiments/control-loop/heavy-loss-sweep).
     config = {"acks": "1", "batch.num.messages": 1, "message.timeout.ms": 2000, "producers": 1}
     net = {
         "packet_loss_pct": 15.0,
