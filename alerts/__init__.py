@@ -16,11 +16,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from alerts.batch_listener import AlertPipeline, attach_to_job
     from alerts.dispatch import Dispatcher, sinks_from_settings
     from alerts.engine import AlertEngine
     from alerts.event import ALERT_NAMES, AlertEvent, AlertStatus
     from alerts.metrics import AlertMetrics
-    from alerts.batch_listener import AlertPipeline, attach_to_job
     from alerts.settings import AlertSettings
     from alerts.state_machine import AlertState, AlertStateMachine
 
