@@ -5,10 +5,12 @@ Heavy imports (torch, pandas) happen inside the command bodies so ``kafka-audit 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 import typer
 from rich.console import Console
@@ -16,12 +18,18 @@ from rich.table import Table
 
 from kafka_plumbing.errors import KafkaAuditError
 from predictor import SHARED_DATA as SHARED_CSV
+from predictor.settings import ENV_PREFIX as RETRAIN_ENV_PREFIX
+from predictor.settings import RetrainSettings
+
+if TYPE_CHECKING:
+    from pydantic.fields import FieldInfo
 
 predictor_app = typer.Typer(
     help=(
         "Predict P_l, P_d (90% intervals) and throughput from the producer configuration and the network "
         "(PyTorch; Wu, Shang, Wolter 2020, Eq. 1). Acceptance check of the shipped model: "
-        "`kafka-audit predictor evaluate --json` (held-back 20% of predictor/base_data/wu2020/experiments.csv)."
+        "`kafka-audit predictor evaluate --json` (held-back 20% of the paper's measurements, "
+        "predictor/base_data/wu2020/experiments.csv)."
     ),
     no_args_is_help=True,
 )
@@ -36,38 +44,105 @@ DataFiles = Annotated[
     list[Path] | None,
     typer.Option(
         "--data",
-        help=f"Experiment CSV in the experiments.csv format; repeat for more (--data a.csv --data b.csv). "
-        f"Default {SHARED_CSV}.",
+        help="Experiment CSV in the experiments.csv format; repeat for more (--data a.csv --data b.csv). "
+        "Default: the paper's measurements (package data, predictor/base_data/wu2020/experiments.csv).",
     ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-Acks = Annotated[int, typer.Option("--acks", help="librdkafka acks: 0 (at-most-once) or 1 (at-least-once).")]
-BatchNumMessages = Annotated[
-    float, typer.Option("--batch-num-messages", help="librdkafka batch.num.messages B, messages (>= 1).")
-]
 OldBatchSize = Annotated[
     float | None, typer.Option("--batch-size", hidden=True, help="Deprecated: --batch-num-messages.")
 ]
-LossPct = Annotated[float, typer.Option("--packet-loss-pct", help="Network packet loss L, percent 0-100.")]
-DelayMs = Annotated[float, typer.Option("--delay-ms", help="One-way network delay D, ms (0-60000).")]
-SizeBytes = Annotated[float, typer.Option("--message-size-bytes", help="Message size M, bytes (>= 1).")]
-TimeoutMs = Annotated[
-    float, typer.Option("--message-timeout-ms", help="librdkafka message.timeout.ms T_o, ms (0 = infinite).")
-]
-PollMs = Annotated[
-    float,
-    typer.Option(
-        "--poll-interval-ms", help="Polling interval delta between source reads, ms (0 = full load)."
+
+
+def _option(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+FEATURE_OPTIONS: tuple[inspect.Parameter, ...] = (
+    *(
+        _option(name, Annotated[kind, typer.Option(_flag(name), help=text)], default)
+        for name, kind, default, text in (
+            ("acks", int, 1, "librdkafka acks: 0 (at-most-once) or 1 (at-least-once)."),
+            ("batch_num_messages", float, 1.0, "librdkafka batch.num.messages B, messages (>= 1)."),
+            ("packet_loss_pct", float, 0.0, "Network packet loss L, percent 0-100."),
+            ("delay_ms", float, 30.0, "One-way network delay D, ms (0-60000)."),
+            ("message_size_bytes", float, 100.0, "Message size M, bytes (>= 1)."),
+            ("message_timeout_ms", float, 5000.0, "librdkafka message.timeout.ms T_o, ms (0 = infinite)."),
+            (
+                "poll_interval_ms",
+                float,
+                0.0,
+                "Polling interval delta between source reads, ms (0 = full load).",
+            ),
+            (
+                "tcp_timeout_pct",
+                float,
+                0.0,
+                "TCP retransmission timeouts per 100 segments sent, percent 0-100 (loss bursts read high; "
+                "0 = none or unknown; models from before it ignore it).",
+            ),
+        )
     ),
-]
-TimeoutPct = Annotated[
-    float,
-    typer.Option(
-        "--tcp-timeout-pct",
-        help="TCP retransmission timeouts per 100 segments sent, percent 0-100 (loss bursts read high; "
-        "0 = none or unknown; models from before it ignore it).",
-    ),
-]
+    _option("batch_size", OldBatchSize, None),
+)
+"""The options of one configuration and network (``predict``, ``suggest``): the eight
+:data:`~predictor.features.FEATURES` and the deprecated ``--batch-size``."""
+
+
+def _retrain_option(name: str, field: FieldInfo) -> inspect.Parameter:
+    env = f"{RETRAIN_ENV_PREFIX}{name.upper()}"
+    kind = field.annotation
+    text = f"{field.description} Default: {env} if set, else {field.default:g}."
+    return _option(
+        name, Annotated[kind | None, typer.Option(_flag(name), help=text, show_default=False)], None
+    )
+
+
+RETRAIN_OPTIONS: tuple[inspect.Parameter, ...] = tuple(
+    _retrain_option(name, field) for name, field in RetrainSettings.model_fields.items()
+)
+"""One option per :class:`~predictor.settings.RetrainSettings` field (``--min-windows``), default None:
+an option not given leaves the field to the environment (``KAFKA_AUDIT_RETRAIN_*``), then the default."""
+
+
+def with_options(
+    options: Sequence[inspect.Parameter], into: str
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Return a decorator giving a Typer command the ``options``, passed to it as one dict ``into``.
+
+    The decorated command declares a parameter ``into`` (a ``dict[str, Any]``) instead of the options;
+    Typer sees the command's other parameters followed by ``options`` (their help, defaults and
+    flags), and the command receives ``{option name: value as given or its default}``.
+
+    Args:
+        options: Keyword-only parameters with ``Annotated[type, typer.Option(...)]`` annotations.
+        into: The name of the command's parameter that receives the dict.
+    """
+    names = [o.name for o in options]
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        hints = get_type_hints(command, include_extras=True)
+        own = [
+            p.replace(annotation=hints[p.name])
+            for p in inspect.signature(command).parameters.values()
+            if p.name != into
+        ]
+
+        @functools.wraps(command)
+        def run(**kwargs: Any) -> None:
+            given = {name: kwargs.pop(name) for name in names}
+            command(**kwargs, **{into: given})
+
+        params = [*own, *options]
+        run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params}
+        return run
+
+    return decorate
 
 
 def _fail(exc: Exception) -> typer.Exit:
@@ -157,7 +232,7 @@ def train_cmd(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from predictor.nets import IMPROVED_SPEC, PAPER_SPEC
-    from predictor.pipeline import train_model
+    from predictor.training_run import train_model
 
     if arch not in ("improved", "paper"):
         raise _fail(KafkaAuditError(f"--arch {arch!r}: allowed values are improved, paper"))
@@ -222,11 +297,12 @@ def evaluate_cmd(
     """MAE of P_l and P_d, 90% interval coverage, per experiment family.
 
     Acceptance: `kafka-audit predictor evaluate --json` evaluates the shipped model on the held-back 20% of
-    predictor/base_data/wu2020/experiments.csv (MAE P_l < 0.02, coverage >= 0.85); spelled out: `kafka-audit predictor
-    evaluate --data predictor/base_data/wu2020/experiments.csv --split heldout --json`.
+    the paper's measurements (package data, predictor/base_data/wu2020/experiments.csv; MAE P_l < 0.02,
+    coverage >= 0.85), from any working directory; spelled out from the repository root: `kafka-audit
+    predictor evaluate --data predictor/base_data/wu2020/experiments.csv --split heldout --json`.
     """
+    from predictor.evaluate import evaluate_model
     from predictor.model import Predictor
-    from predictor.pipeline import evaluate_model
 
     if split not in ("auto", "heldout", "train", "all"):
         raise _fail(KafkaAuditError(f"--split {split!r}: allowed values are auto, heldout, train, all"))
@@ -243,27 +319,15 @@ def evaluate_cmd(
 
 
 @predictor_app.command("predict")
-def predict_cmd(
-    ctx: typer.Context,
-    acks: Acks = 1,
-    batch_num_messages: BatchNumMessages = 1,
-    packet_loss_pct: LossPct = 0.0,
-    delay_ms: DelayMs = 30.0,
-    message_size_bytes: SizeBytes = 100.0,
-    message_timeout_ms: TimeoutMs = 5000.0,
-    poll_interval_ms: PollMs = 0.0,
-    tcp_timeout_pct: TimeoutPct = 0.0,
-    model_dir: ModelDir = None,
-    as_json: AsJson = False,
-    batch_size: OldBatchSize = None,
-) -> None:
+@with_options(FEATURE_OPTIONS, into="given")
+def predict_cmd(given: dict[str, Any], model_dir: ModelDir = None, as_json: AsJson = False) -> None:
     """Predict P_l, P_d (with 90% intervals) and throughput for one configuration and network."""
     import pandas as pd
 
     from predictor.model import Predictor
 
     try:
-        row = _features(ctx.params)
+        row = _features(given)
         out = Predictor.load(model_dir).predict(pd.DataFrame([row])).iloc[0].to_dict()
     except KafkaAuditError as exc:
         raise _fail(exc) from exc
@@ -279,16 +343,9 @@ def predict_cmd(
     console.print(table)
 
 
+@with_options(FEATURE_OPTIONS, into="given")
 def suggest_cmd(
-    ctx: typer.Context,
-    acks: Acks = 1,
-    batch_num_messages: BatchNumMessages = 1,
-    packet_loss_pct: LossPct = 0.0,
-    delay_ms: DelayMs = 30.0,
-    message_size_bytes: SizeBytes = 100.0,
-    message_timeout_ms: TimeoutMs = 5000.0,
-    poll_interval_ms: PollMs = 0.0,
-    tcp_timeout_pct: TimeoutPct = 0.0,
+    given: dict[str, Any],
     producers: Annotated[int, typer.Option(help="Number of producers N_p sharing the stream (>= 1).")] = 1,
     arrival_rate: Annotated[
         float | None,
@@ -306,7 +363,6 @@ def suggest_cmd(
     ] = None,
     model_dir: ModelDir = None,
     as_json: AsJson = False,
-    batch_size: OldBatchSize = None,
 ) -> None:
     """Suggest the smallest configuration change whose predicted gamma meets --target (paper Sec. V).
 
@@ -317,7 +373,7 @@ def suggest_cmd(
     from predictor.suggest import suggest
 
     try:
-        row = _features(ctx.params)
+        row = _features(given)
         if producers < 1:
             raise KafkaAuditError(f"--producers {producers}: must be >= 1")
         if arrival_rate is not None and not arrival_rate > 0:
@@ -409,7 +465,9 @@ def _decision_table(decision: Any, card: Mapping[str, Any]) -> Table:
 
 
 @predictor_app.command("retrain")
+@with_options(RETRAIN_OPTIONS, into="given")
 def retrain_cmd(
+    given: dict[str, Any],
     from_results: Annotated[
         Path,
         typer.Option(
@@ -440,31 +498,6 @@ def retrain_cmd(
             "--model", help="Base model (the champion while the registry has none); default: the shipped one."
         ),
     ] = None,
-    min_windows: Annotated[
-        int, typer.Option("--min-windows", help="Fewest eligible local windows to retrain on.", min=3)
-    ] = 50,
-    seed: Annotated[int, typer.Option(help="Seed of the retraining (minibatch draws).")] = 20200,
-    threads: Annotated[
-        int, typer.Option(help="torch CPU threads (results are reproducible per count).", min=1)
-    ] = 2,
-    steps: Annotated[
-        int, typer.Option(help="Fine-tuning steps per ensemble member (minibatches of 256 rows).", min=1)
-    ] = 600,
-    margin: Annotated[
-        float, typer.Option(help="(a): local MAE(P_l) must drop by more than this (fraction).", min=0.0)
-    ] = 0.002,
-    tolerance: Annotated[
-        float,
-        typer.Option(help="(b): paper held-back MAE(P_l) may rise by at most this (fraction).", min=0.0),
-    ] = 0.003,
-    calibrated_mae: Annotated[
-        float,
-        typer.Option(
-            help="(a): a local MAE(P_l) at most this need not beat the constant (fraction; the job passes "
-            "its calibration_max_mae).",
-            min=0.0,
-        ),
-    ] = 0.05,
     as_json: AsJson = False,
 ) -> None:
     """Fine-tune the model on the deployment's own audited windows; promote it only if it is better.
@@ -476,6 +509,8 @@ def retrain_cmd(
     R_l) by as much unless it is at most 0.05 (calibrated for the deployment), (b) its MAE on the paper's
     held-back split is within --tolerance of the champion's (and <= 0.02), and (c) its 90% interval
     covers 80-97% of those windows. Exit 0 whether promoted or rejected.
+
+    Settings: an option given, else its KAFKA_AUDIT_RETRAIN_* environment variable, else the default.
     """
     import os
 
@@ -485,27 +520,17 @@ def retrain_cmd(
     from predictor.model import Predictor
     from predictor.promotion import challenge, run_retraining
     from predictor.registry import ModelRegistry, model_version
+    from predictor.settings import load_retrain_settings
     from predictor.training_store import open_store
 
     paths = _data(data)
     try:
+        settings = load_retrain_settings(**given)
         if registry is not None:
             if registry.exists() and not registry.is_dir():
                 raise KafkaAuditError(f"--registry {registry}: not a directory")
             reg = ModelRegistry(registry)
-            decision = run_retraining(
-                reg,
-                from_results,
-                paths,
-                base_model_dir=model_dir,
-                margin=margin,
-                tolerance=tolerance,
-                calibrated_mae=calibrated_mae,
-                seed=seed,
-                threads=threads,
-                min_windows=min_windows,
-                steps=steps,
-            )
+            decision = run_retraining(reg, from_results, paths, settings, base_model_dir=model_dir)
             where = reg.root / decision.challenger_version
             card = json.loads((where / "card.json").read_text())
         else:
@@ -519,15 +544,9 @@ def retrain_cmd(
                 champion,
                 local,
                 paths,
+                settings,
                 champion_version=model_version(champion),
                 challenger_version=out.resolve().name,
-                margin=margin,
-                tolerance=tolerance,
-                calibrated_mae=calibrated_mae,
-                seed=seed,
-                threads=threads,
-                min_windows=min_windows,
-                steps=steps,
             )
             result.model.save(out)
             where, card = out, result.model.card

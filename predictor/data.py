@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -33,6 +34,37 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def portable_path(path: Path) -> str:
+    """Return ``path`` relative to the directory holding the product's packages if inside it, else as given.
+
+    A model card names its data by a path that holds on every install and clone
+    (``predictor/base_data/wu2020/experiments.csv``: relative to the repository or to site-packages), not
+    the absolute path of the machine that trained it (the sha256 beside it identifies the content).
+    """
+    root = SHARED_DATA.parents[3]
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def card_entries(paths: Sequence[Path], frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Return a model card's ``data``: per file its :func:`portable_path`, sha256 and rows in ``frame``.
+
+    Args:
+        paths: The data files, as given to :func:`load`.
+        frame: What :func:`load` returned for them (rows are counted by ``source``, the file name).
+    """
+    return [
+        {
+            "file": portable_path(p),
+            "sha256": file_sha256(p),
+            "rows": int((frame["source"] == p.name).sum()),
+        }
+        for p in paths
+    ]
 
 
 def load(paths: Sequence[Path]) -> pd.DataFrame:

@@ -1,11 +1,26 @@
-"""Accuracy of a model on measured experiments: MAE of P_l and P_d, 90% interval coverage, per family."""
+"""Accuracy of a model on measured experiments: MAE of P_l and P_d, 90% interval coverage, per family.
+
+:func:`metrics` compares predictions with measurements; :func:`evaluate_model` (``kafka-audit predictor
+evaluate``) picks the rows a model may be judged on and computes them.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
+
+from kafka_plumbing.errors import ConfigError
+from predictor import data as data_mod
+
+if TYPE_CHECKING:
+    from predictor.model import Predictor
+
+Split = Literal["auto", "heldout", "train", "all"]
+"""Which rows ``evaluate_model`` judges: ``auto``, ``heldout``, ``train`` or ``all``."""
 
 
 def _block(pred: pd.DataFrame, truth: pd.DataFrame) -> dict[str, Any]:
@@ -54,3 +69,41 @@ def metrics(pred: pd.DataFrame, truth: pd.DataFrame) -> dict[str, Any]:
         for fam, idx in truth.groupby("experiment", sort=True).groups.items()
     }
     return out
+
+
+def select_rows(model: Predictor, paths: Sequence[Path], split: Split) -> tuple[pd.DataFrame, str]:
+    """Load ``paths`` and keep the rows to evaluate.
+
+    ``auto``: for a file the model was trained on (same sha256 as in its card), its held-back rows; for
+    any other file, all rows. ``heldout`` / ``train``: that side of the split for every file; ``all``.
+
+    Returns:
+        The rows and a description of the selection.
+
+    Raises:
+        ConfigError: if no rows are left.
+    """
+    frame = data_mod.load(paths)
+    held = data_mod.heldout_mask(frame)
+    trained = {d["sha256"] for d in model.card.get("data", [])}
+    if split == "auto":
+        seen = {p.name for p in paths if data_mod.file_sha256(p) in trained}
+        keep = np.where(frame["source"].isin(seen).to_numpy(), held, True)
+        what = f"auto: held-back rows of {sorted(seen)}, all rows of the others" if seen else "auto: all rows"
+    elif split == "heldout":
+        keep, what = held, "heldout"
+    elif split == "train":
+        keep, what = ~held, "train"
+    else:
+        keep, what = np.ones(len(frame), dtype=bool), "all"
+    rows = frame[keep]
+    if rows.empty:
+        raise ConfigError(f"--split {split}: no rows selected from {[str(p) for p in paths]}")
+    return rows, what
+
+
+def evaluate_model(model: Predictor, paths: Sequence[Path], split: Split = "auto") -> dict[str, Any]:
+    """Metrics of ``model`` on the selected rows of ``paths`` (see :func:`select_rows`, :func:`metrics`)."""
+    rows, what = select_rows(model, paths, split)
+    out = metrics(model.predict(rows), rows)
+    return {"split": what, **out}

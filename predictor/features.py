@@ -1,8 +1,9 @@
 """The predictor's input features (paper Eq. 1: M, D, L and the producer configuration), units and checks.
 
 The feature names are the columns of ``experiments.csv`` (Wu, Shang, Wolter 2020 measurements, see
-``predictor/base_data/wu2020/README.md``) and the fixed names of the predictor contract (``docs/DESIGN.md``, "Contracts"),
-plus one network measurement the paper's data does not have, the TCP retransmission-timeout rate
+``predictor/base_data/wu2020/README.md``) and the fixed names of the predictor contract
+(``docs/DESIGN.md``, "Contracts"), plus one network measurement the paper's data does not have, the
+TCP retransmission-timeout rate
 (:data:`OPTIONAL`): L cannot tell a loss burst from random loss, and bursts are what lose messages
 (issue 13). A model's card names the features it reads (:class:`predictor.nets.ModelSpec`
 ``features``); models from before the rate read :data:`BASE_FEATURES`.

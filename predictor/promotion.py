@@ -27,7 +27,7 @@ only if all three hold (:func:`decide`):
     80%-97%.
 
 A promoted challenger is served with its interval recalibrated on the calibration and test windows
-together (:func:`predictor.retrain.recalibrate`); the decision's numbers stay those of the interval it
+together (:func:`predictor.conformal.recalibrate`); the decision's numbers stay those of the interval it
 judged.
 
 :func:`run_retraining` is the whole background job the live Spark job starts as a subprocess
@@ -47,30 +47,17 @@ from typing import Any
 
 import pandas as pd
 
+from predictor.conformal import recalibrate
 from predictor.model import Predictor
 from predictor.registry import ModelRegistry, model_version
-from predictor.retrain import (
-    DEFAULT_SEED,
-    MIN_LOCAL_WINDOWS,
-    RetrainResult,
-    baseline_mae,
-    evaluate,
-    recalibrate,
-    retrain,
-)
+from predictor.retrain import DEFAULT_SETTINGS, RetrainResult, baseline_mae, evaluate, retrain
+from predictor.settings import CALIBRATED_MAE, MARGIN, TOLERANCE, RetrainSettings
 from predictor.training_store import open_store
 
 log = logging.getLogger(__name__)
 
-MARGIN = 0.002
-"""Criterion (a): MAE(P_l) improvement on the local test split the challenger must exceed, fraction."""
-TOLERANCE = 0.003
-"""Criterion (b): how much worse than the champion's the paper held-back MAE(P_l) may get, fraction."""
 PAPER_MAE_MAX = 0.02
 """Criterion (b): the paper held-back MAE(P_l) a promoted model must stay within, fraction."""
-CALIBRATED_MAE = 0.05
-"""Criterion (a): a local test MAE(P_l) at or below which the challenger need not beat the constant, fraction
-(the live job's default ``calibration_max_mae``, ``KAFKA_AUDIT_SPARK_CALIBRATION_MAX_MAE``)."""
 COVERAGE_RANGE = (0.80, 0.97)
 """Criterion (c): allowed 90%-interval coverage of P_l on the local test split."""
 COVERAGE_CONFIDENCE_Z = 1.96
@@ -254,38 +241,38 @@ def challenge(
     champion: Predictor,
     local: Any,
     base_paths: Sequence[Path],
+    settings: RetrainSettings = DEFAULT_SETTINGS,
     *,
     champion_version: str,
     challenger_version: str,
-    margin: float = MARGIN,
-    tolerance: float = TOLERANCE,
-    calibrated_mae: float = CALIBRATED_MAE,
-    seed: int = DEFAULT_SEED,
-    threads: int = 2,
-    min_windows: int = MIN_LOCAL_WINDOWS,
-    **retrain_options: Any,
 ) -> tuple[RetrainResult, Decision]:
     """Retrain a challenger from ``champion`` on ``local`` (store rows) + ``base_paths`` and decide.
 
     Both models are evaluated on the same local test split and paper held-back split. The challenger's
     card gets ``version``, the champion's numbers (``metrics.champion``) and the ``decision``; a promoted
     challenger's interval is then recalibrated on the calibration and test windows
-    (:func:`predictor.retrain.recalibrate`; the decision's numbers are those of the interval it judged).
+    (:func:`predictor.conformal.recalibrate`; the decision's numbers are those of the interval it judged).
+
+    Args:
+        champion: The serving model (the challenger starts from it).
+        local: The local windows (training-store rows).
+        base_paths: Base data CSVs (the paper's ``experiments.csv``, testbed grids).
+        settings: How to retrain, and the decision's ``margin``, ``tolerance`` and ``calibrated_mae``.
+        champion_version: For the record.
+        challenger_version: For the record and the challenger's card.
 
     Raises:
         ConfigError: as :func:`predictor.retrain.retrain`.
     """
-    result = retrain(
-        champion, local, base_paths, seed=seed, threads=threads, min_windows=min_windows, **retrain_options
-    )
+    result = retrain(champion, local, base_paths, settings)
     champion_metrics = evaluate(champion, result.split.test, result.paper_heldout)
     decision = decide(
         champion_metrics,
         result.model.card["metrics"],
-        margin=margin,
-        tolerance=tolerance,
+        margin=settings.margin,
+        tolerance=settings.tolerance,
         mae_local_baseline=baseline_mae(result.split),
-        calibrated_mae=calibrated_mae,
+        calibrated_mae=settings.calibrated_mae,
         challenger_version=challenger_version,
         champion_version=champion_version,
         rows_by_source=result.rows_by_source,
@@ -324,15 +311,9 @@ def run_retraining(
     registry: ModelRegistry,
     training_dir: Path,
     base_paths: Sequence[Path],
+    settings: RetrainSettings = DEFAULT_SETTINGS,
     *,
     base_model_dir: Path | None = None,
-    margin: float = MARGIN,
-    tolerance: float = TOLERANCE,
-    calibrated_mae: float = CALIBRATED_MAE,
-    seed: int = DEFAULT_SEED,
-    threads: int = 2,
-    min_windows: int = MIN_LOCAL_WINDOWS,
-    **retrain_options: Any,
 ) -> Decision:
     """Run the background retraining job: retrain from the champion, decide, save, promote, record.
 
@@ -347,21 +328,15 @@ def run_retraining(
         registry: The model registry.
         training_dir: The job's training store (:class:`~predictor.training_store.TrainingStore`).
         base_paths: Base data CSVs (the paper's ``experiments.csv``, testbed grids).
+        settings: How to retrain and decide (:class:`~predictor.settings.RetrainSettings`).
         base_model_dir: The base model (the job's pinned ``model_dir``); None = the shipped default.
-        margin: Criterion (a).
-        tolerance: Criterion (b).
-        calibrated_mae: Criterion (a): the local MAE(P_l) that exempts from beating the constant.
-        seed: Retraining seed.
-        threads: torch CPU threads.
-        min_windows: Fewest eligible local windows.
-        retrain_options: Passed to :func:`predictor.retrain.retrain` (steps, lr, local_share, ...).
 
     Returns:
         The decision (also recorded).
 
     Raises:
-        ConfigError: if ``training_dir`` is no directory or holds fewer than ``min_windows`` windows, or a
-            model or base CSV cannot be read.
+        ConfigError: if ``training_dir`` is no directory or holds fewer than ``settings.min_windows``
+            windows, or a model or base CSV cannot be read.
     """
     store = open_store(training_dir)
     champion_dir = registry.champion_dir()
@@ -370,18 +345,7 @@ def run_retraining(
     local = store.load()
     version = registry.next_version()
     result, decision = challenge(
-        champion,
-        local,
-        base_paths,
-        champion_version=champion_version,
-        challenger_version=version,
-        margin=margin,
-        tolerance=tolerance,
-        calibrated_mae=calibrated_mae,
-        seed=seed,
-        threads=threads,
-        min_windows=min_windows,
-        **retrain_options,
+        champion, local, base_paths, settings, champion_version=champion_version, challenger_version=version
     )
     registry.save(result.model, version)
     if decision.promoted:

@@ -41,6 +41,7 @@ import pandas as pd
 
 from audit_record import window_result
 from kafka_plumbing.state_file import JsonStateFile
+from predictor.settings import RetrainSettings
 from spark_streaming.calibration import CalibrationMonitor
 from spark_streaming.metrics import ResultMetrics
 from spark_streaming.predict import SHIPPED_VERSION, KpiConfig, feature_frame
@@ -299,9 +300,10 @@ class LiveModel:
             self.s.model_registry_dir,
             self.s.training_dir,
             [*self._base_data(), *self.s.retrain_data],
-            self.s.retrain_min_windows,
+            RetrainSettings(
+                min_windows=self.s.retrain_min_windows, calibrated_mae=self.s.calibration_max_mae
+            ),
             self.s.model_dir,
-            calibrated_mae=self.s.calibration_max_mae,
         )
         try:
             started = self.process.start(cmd)

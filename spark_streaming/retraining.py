@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from predictor.settings import RetrainSettings
+
 log = logging.getLogger(__name__)
 
 LOCK_FILE = ".retrain.lock"
@@ -74,9 +76,8 @@ def retrain_command(
     registry_dir: Path,
     training_dir: Path,
     base_data: Sequence[Path],
-    min_windows: int,
+    settings: RetrainSettings,
     base_model_dir: Path | None = None,
-    calibrated_mae: float | None = None,
 ) -> list[str]:
     """Return the argument list of the background retraining (``python -m kafka_audit predictor retrain``).
 
@@ -84,20 +85,19 @@ def retrain_command(
         registry_dir: The model registry (champion, versions, decisions).
         training_dir: The training store (``--from-results``).
         base_data: Base data CSVs (the paper's first, then testbed grids).
-        min_windows: Fewest local windows to retrain on (``--min-windows``).
+        settings: The job's retraining settings; only the fields set explicitly become options
+            (e.g. ``RetrainSettings(min_windows=50, calibrated_mae=0.05)``: ``--calibrated-mae 0.05
+            --min-windows 50``), the child reads the others from its environment
+            (``KAFKA_AUDIT_RETRAIN_*``) or takes their defaults.
         base_model_dir: The job's pinned base model (``--model``; None: the shipped one).
-        calibrated_mae: The job's ``calibration_max_mae`` (``--calibrated-mae``, criterion (a) of the
-            promotion; None: the CLI's default 0.05).
     """
     cmd = [sys.executable, "-m", "kafka_audit", "predictor", "retrain"]
     cmd += ["--registry", str(registry_dir), "--from-results", str(training_dir)]
     for path in base_data:
         cmd += ["--data", str(path)]
-    cmd += ["--min-windows", str(min_windows)]
+    cmd += settings.command_line()
     if base_model_dir is not None:
         cmd += ["--model", str(base_model_dir)]
-    if calibrated_mae is not None:
-        cmd += ["--calibrated-mae", repr(float(calibrated_mae))]
     return cmd
 
 

@@ -35,22 +35,26 @@ from rich.table import Table
 
 
 def _retrain_seconds(n: int, threads: int) -> tuple[float, dict]:
+    from testbed.synthetic import deployment_windows
+
     from predictor import SHARED_DATA
     from predictor.model import default_predictor
     from predictor.retrain import retrain
-    from testbed.synthetic import deployment_windows
+    from predictor.settings import RetrainSettings
 
     local = deployment_windows(n, seed=1)
     started = time.perf_counter()
-    result = retrain(default_predictor(), local, [SHARED_DATA], threads=threads)
+    result = retrain(default_predictor(), local, [SHARED_DATA], RetrainSettings(threads=threads))
     return time.perf_counter() - started, result.model.card["metrics"]
 
 
 def _job_seconds(n: int, threads: int) -> tuple[float, float]:
+    from testbed.synthetic import deployment_windows
+
     from predictor import SHARED_DATA
     from predictor.promotion import run_retraining
     from predictor.registry import ModelRegistry
-    from testbed.synthetic import deployment_windows
+    from predictor.settings import RetrainSettings
     from predictor.training_store import TrainingStore
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,14 +66,16 @@ def _job_seconds(n: int, threads: int) -> tuple[float, float]:
         store.load()
         load_s = time.perf_counter() - started
         started = time.perf_counter()
-        run_retraining(ModelRegistry(Path(tmp) / "models"), store.root, [SHARED_DATA], threads=threads)
+        run_retraining(
+            ModelRegistry(Path(tmp) / "models"), store.root, [SHARED_DATA], RetrainSettings(threads=threads)
+        )
         return time.perf_counter() - started, load_s
 
 
 def _full_train_seconds(threads: int) -> float:
     from predictor import SHARED_DATA
     from predictor.nets import IMPROVED_SPEC
-    from predictor.pipeline import train_model
+    from predictor.training_run import train_model
 
     started = time.perf_counter()
     train_model([SHARED_DATA], IMPROVED_SPEC, threads=threads)
@@ -78,9 +84,9 @@ def _full_train_seconds(threads: int) -> float:
 
 def _latency_ms(threads: int) -> tuple[float, float, float]:
     import torch
+    from testbed.synthetic import deployment_windows
 
     from predictor.model import default_predictor
-    from testbed.synthetic import deployment_windows
 
     torch.set_num_threads(threads)
     model = default_predictor()

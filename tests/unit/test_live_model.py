@@ -8,6 +8,7 @@ import pytest
 
 import spark_streaming.live_model as live_module
 from predictor.registry import ModelRegistry
+from predictor.settings import RetrainSettings
 from spark_streaming.calibration import MIN_WINDOWS, CalibrationMonitor
 from spark_streaming.live_model import LIVE_MODEL_STATE_FILE, LiveModel
 from spark_streaming.metrics import ResultMetrics
@@ -102,14 +103,18 @@ def test_policy_every_n_windows_or_every_t_minutes_with_a_minimum():
 
 
 def test_retrain_command_runs_the_cli_as_a_module(tmp_path):
-    cmd = retrain_command(tmp_path / "r", tmp_path / "t", [tmp_path / "a.csv"], 50, tmp_path / "m")
+    settings = RetrainSettings(min_windows=50)
+    cmd = retrain_command(tmp_path / "r", tmp_path / "t", [tmp_path / "a.csv"], settings, tmp_path / "m")
     assert cmd[:5] == [sys.executable, "-m", "kafka_audit", "predictor", "retrain"]
     joined = " ".join(cmd)
     assert f"--registry {tmp_path / 'r'}" in joined and f"--from-results {tmp_path / 't'}" in joined
     assert f"--data {tmp_path / 'a.csv'}" in joined and "--min-windows 50" in joined
     assert f"--model {tmp_path / 'm'}" in joined and "--calibrated-mae" not in joined
-    tight = retrain_command(tmp_path / "r", tmp_path / "t", [], 50, calibrated_mae=0.02)
-    assert tight[-2:] == ["--calibrated-mae", "0.02"]
+    assert "--steps" not in joined  # not set: the child reads KAFKA_AUDIT_RETRAIN_STEPS or its default
+    tight = retrain_command(
+        tmp_path / "r", tmp_path / "t", [], RetrainSettings(min_windows=50, calibrated_mae=0.02)
+    )
+    assert tight[-4:] == ["--calibrated-mae", "0.02", "--min-windows", "50"]
 
 
 def _wait_result(proc, timeout=20):
@@ -328,8 +333,9 @@ def test_settings_put_the_store_and_the_registry_beside_the_checkpoint(tmp_path)
 
 
 def test_up_and_the_testbed_pass_the_lifecycle_settings_to_the_job(tmp_path):
-    from kafka_audit.up_settings import load_up_settings
     from testbed.run import ModelLifecycle
+
+    from kafka_audit.up_settings import load_up_settings
 
     up = load_up_settings(None, retrain=False, retrain_every_windows=5, data_dir=tmp_path)
     assert up.model_lifecycle == {"retrain": False, "retrain_every_windows": 5}

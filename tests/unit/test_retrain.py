@@ -10,33 +10,31 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from testbed.synthetic import deployment_windows, shuffle_loss
 from typer.testing import CliRunner
 
 from kafka_audit.cli import app
 from kafka_plumbing.errors import ConfigError
 from predictor import SHARED_DATA
+from predictor.conformal import calibration_offsets, interval_offset, recalibrate
 from predictor.features import BASE_FEATURES, FEATURES
 from predictor.model import default_predictor
-from predictor.promotion import ALL_MET, CALIBRATED_MAE, Decision, decide, run_retraining, wilson_interval
+from predictor.promotion import ALL_MET, Decision, decide, run_retraining, wilson_interval
 from predictor.registry import SHIPPED_VERSION, ModelRegistry
 from predictor.retrain import (
-    add_inputs,
     as_training_rows,
     baseline_mae,
-    calibration_offsets,
-    interval_offset,
     paper_heldout,
-    recalibrate,
-    restandardise,
     retrain,
     source_weights,
     split_local,
 )
-from testbed.synthetic import deployment_windows, shuffle_loss
+from predictor.settings import CALIBRATED_MAE, RetrainSettings
 from predictor.train import features_for
 from predictor.training_store import TrainingStore
+from predictor.warm_start import add_inputs, restandardise
 
-FAST = {"steps": 20, "threads": 1}
+FAST = RetrainSettings(steps=20, threads=1)
 
 
 def _metrics(mae_local: float, mae_paper: float, coverage: float, n: int = 40) -> dict:
@@ -145,7 +143,7 @@ def test_a_retrained_model_learns_loss_bursts_from_the_timeout_rate_where_l_is_t
     bursts = (np.arange(len(local)) // 10) % 2 == 1  # stages of 10 windows: random loss, then bursts
     local["tcp_timeout_pct"] = np.where(bursts, 2.5, 0.2)
     local["p_loss"] = np.where(bursts, 0.4, 0.0)
-    result = retrain(default_predictor(), local, [SHARED_DATA], seed=1, threads=1)
+    result = retrain(default_predictor(), local, [SHARED_DATA], RetrainSettings(seed=1, threads=1))
     card = result.model.card
     assert card["features"] == list(FEATURES) and card["spec"]["features"] == list(FEATURES)
     assert card["trained_ranges"]["tcp_timeout_pct"] == [0.0, 2.5]  # the paper's rows are at the default
@@ -261,8 +259,8 @@ def test_retrain_is_deterministic_leaves_the_parent_and_fills_the_card():
     parent = default_predictor()
     before = {k: v.clone() for k, v in parent.ensemble.state_dict().items()}
     local = deployment_windows(200, seed=5)
-    a = retrain(parent, local, [SHARED_DATA], seed=3, **FAST)
-    b = retrain(parent, local, [SHARED_DATA], seed=3, **FAST)
+    a = retrain(parent, local, [SHARED_DATA], FAST.model_copy(update={"seed": 3}))
+    b = retrain(parent, local, [SHARED_DATA], FAST.model_copy(update={"seed": 3}))
     for k, v in a.model.ensemble.state_dict().items():
         assert torch.equal(v, b.model.ensemble.state_dict()[k]), k
         assert torch.equal(parent.ensemble.state_dict()[k], before[k]), k
@@ -274,17 +272,24 @@ def test_retrain_is_deterministic_leaves_the_parent_and_fills_the_card():
     assert card["metrics"]["local_test"]["n"] == 40 and card["metrics"]["paper_heldout"]["n"] == 281
     assert card["trained_ranges"]["batch_num_messages"][1] >= 1_000
     assert card["interval"]["q_loss"] >= 0.0 and card["interval"]["n_calibration"] == 40
-    assert card["data"][0]["file"] == "predictor/base_data/wu2020/experiments.csv"  # no machine's absolute path
+    assert (
+        card["data"][0]["file"] == "predictor/base_data/wu2020/experiments.csv"
+    )  # no machine's absolute path
     assert card["spec"]["loss_interval_score"] == "scaled"  # CQR-r: the offset is relative to the width
     assert a.weights_by_source == {"experiments.csv": 0.5, "local": 0.5}
-    c = retrain(parent, local, [SHARED_DATA], seed=4, **FAST)
+    c = retrain(parent, local, [SHARED_DATA], FAST.model_copy(update={"seed": 4}))
     assert not torch.equal(
         c.model.ensemble.members[0].net[0].weight, a.model.ensemble.members[0].net[0].weight
     )
 
 
 def test_recalibrate_takes_the_offset_from_the_given_windows_and_keeps_the_decisions():
-    result = retrain(default_predictor(), deployment_windows(200, seed=5), [SHARED_DATA], seed=3, **FAST)
+    result = retrain(
+        default_predictor(),
+        deployment_windows(200, seed=5),
+        [SHARED_DATA],
+        FAST.model_copy(update={"seed": 3}),
+    )
     model, split = result.model, result.split
     judged = float(model.ensemble.q_loss)
     newest = pd.concat([split.calibration, split.test], ignore_index=True)
@@ -308,11 +313,16 @@ def test_recalibrate_takes_the_offset_from_the_given_windows_and_keeps_the_decis
 def test_retrain_needs_enough_windows_and_the_columns():
     parent = default_predictor()
     with pytest.raises(ConfigError, match="--min-windows 50"):
-        retrain(parent, deployment_windows(49, seed=1), [SHARED_DATA], **FAST)
+        retrain(parent, deployment_windows(49, seed=1), [SHARED_DATA], FAST)
     with pytest.raises(ConfigError, match="lack column"):
-        retrain(parent, deployment_windows(60, seed=1).drop(columns=["n_sent"]), [SHARED_DATA], **FAST)
+        retrain(parent, deployment_windows(60, seed=1).drop(columns=["n_sent"]), [SHARED_DATA], FAST)
     before_the_rate = deployment_windows(60, seed=1).drop(columns=["tcp_timeout_pct"])  # an older store
-    assert retrain(parent, before_the_rate, [SHARED_DATA], min_windows=50, **FAST).split.train.shape[0] == 36
+    assert (
+        retrain(
+            parent, before_the_rate, [SHARED_DATA], FAST.model_copy(update={"min_windows": 50})
+        ).split.train.shape[0]
+        == 36
+    )
 
 
 def test_as_training_rows_has_no_throughput_label():
@@ -326,7 +336,7 @@ def test_run_retraining_saves_records_and_promotes(tmp_path):
     store = TrainingStore(tmp_path / "training")
     store.write(1, deployment_windows(400, seed=2))
     reg = ModelRegistry(tmp_path / "models")
-    first = run_retraining(reg, store.root, [SHARED_DATA], **FAST)
+    first = run_retraining(reg, store.root, [SHARED_DATA], FAST)
     assert first.challenger_version == "v0001" and first.champion_version == SHIPPED_VERSION
     assert reg.version_dir("v0001") is not None
     assert reg.decisions() == [first.to_json()]
@@ -338,7 +348,7 @@ def test_run_retraining_saves_records_and_promotes(tmp_path):
     assert card["interval"]["n_calibration"] == (160 if first.promoted else 80)
     assert ("q_loss_at_decision" in card["interval"]) == first.promoted
     reg.promote("v0001")  # whatever it decided: the next challenger starts from v0001
-    second = run_retraining(reg, store.root, [SHARED_DATA], **FAST)
+    second = run_retraining(reg, store.root, [SHARED_DATA], FAST)
     assert (second.challenger_version, second.champion_version) == ("v0002", "v0001")
     assert json.loads((tmp_path / "models" / "v0002" / "card.json").read_text())["parent_version"] == "v0001"
     assert len(reg.decisions()) == 2

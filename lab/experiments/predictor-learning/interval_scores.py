@@ -5,7 +5,7 @@ Rounds 7 and 8 promoted v0003 (models in ``round-07/champion-v0003/`` and
 fewer than 19 calibration windows split conformal takes the largest miss as the offset of every input,
 and on the held-out ``shift`` runs their intervals covered 100% of the windows. This recalibrates each
 champion's quantile heads on its own calibration windows (the card's ``local_split.calibration_ms``
-bounds in the round's ``training-windows.csv``) with both scores (:func:`predictor.retrain.interval_offset`,
+bounds in the round's ``training-windows.csv``) with both scores (:func:`predictor.conformal.interval_offset`,
 ``scaled`` False / True) and prints the held-out coverage and mean interval width of each, beside the
 heads without any offset.
 
@@ -24,8 +24,9 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from predictor.conformal import calibration_offsets
 from predictor.model import Predictor
-from predictor.retrain import as_training_rows, calibration_offsets
+from predictor.retrain import as_training_rows
 
 HERE = Path(__file__).parent
 ROUNDS = {"round 7": HERE / "round-07", "round 8": HERE / "round-08"}

@@ -3,8 +3,8 @@
 Each round's champion (rounds 7-10, the models committed beside their windows) is recalibrated on its
 own calibration windows (the card's ``local_split.calibration_ms`` in the round's
 ``training-windows.csv``), then on those and its test windows together (to ``local_split.test_ms``;
-none of them trained on, as :func:`predictor.retrain.recalibrate` does after a promotion), with
-additive (CQR) and width-relative (CQR-r) scores (:func:`predictor.retrain.calibration_offsets`). Prints
+none of them trained on, as :func:`predictor.conformal.recalibrate` does after a promotion), with
+additive (CQR) and width-relative (CQR-r) scores (:func:`predictor.conformal.calibration_offsets`). Prints
 the offset q and the held-out ``shift`` runs' coverage and mean width of the 90% P_l interval (24
 windows each). Point predictions, and so MAE(P_l), do not change.
 
@@ -23,8 +23,9 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from predictor.conformal import calibration_offsets
 from predictor.model import Predictor
-from predictor.retrain import as_training_rows, calibration_offsets
+from predictor.retrain import as_training_rows
 
 HERE = Path(__file__).parent
 ROUNDS = {

@@ -31,6 +31,7 @@ from predictor import SHARED_DATA
 from predictor.evaluate import metrics
 from predictor.model import Predictor
 from predictor.retrain import as_training_rows, retrain
+from predictor.settings import RetrainSettings
 
 HERE = Path(__file__).parent
 ROUND = HERE / "round-05"
@@ -69,7 +70,7 @@ def main() -> None:
         "-",
     )
     for name, local in subsets.items():
-        result = retrain(shipped, local.reset_index(drop=True), BASE, min_windows=10)
+        result = retrain(shipped, local.reset_index(drop=True), BASE, RetrainSettings(min_windows=10))
         paper = result.model.card["metrics"]["paper_heldout"]["mae_p_loss"]
         cells = (f"{m:.3f} / {c:.0%}" for m, c in (score(result.model, h) for h in held.values()))
         table.add_row(name, str(len(local)), *cells, f"{paper:.4f}")

@@ -34,6 +34,7 @@ from predictor import SHARED_DATA
 from predictor.evaluate import metrics
 from predictor.model import Predictor
 from predictor.retrain import as_training_rows, retrain
+from predictor.settings import RetrainSettings
 
 HERE = Path(__file__).parent
 BASE = [SHARED_DATA, HERE.parent.parent.parent / "batch-pktloss-grid" / "testbed-batch-pktloss.csv"]
@@ -98,8 +99,10 @@ def main(root: Path) -> None:
     unknown = int(both["tcp_timeout_pct"].isna().sum())
     train, held = train.fillna({"tcp_timeout_pct": 0.0}), held.fillna({"tcp_timeout_pct": 0.0})
     held_rows = as_training_rows(held)
-    with_rate = retrain(Predictor.load(None), train, BASE, min_windows=30)
-    without = retrain(Predictor.load(None), train.assign(tcp_timeout_pct=0.0), BASE, min_windows=30)
+    with_rate = retrain(Predictor.load(None), train, BASE, RetrainSettings(min_windows=30))
+    without = retrain(
+        Predictor.load(None), train.assign(tcp_timeout_pct=0.0), BASE, RetrainSettings(min_windows=30)
+    )
     models = {
         "shipped": Predictor.load(None),
         "retrained offline, with the rate": with_rate.model,

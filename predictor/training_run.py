@@ -1,4 +1,8 @@
-"""Train-and-card and evaluate-on-the-right-rows: what ``kafka-audit predictor train/evaluate`` run."""
+"""Training run: train a model on the non-held-back rows and write its card (``kafka-audit predictor train``).
+
+Evaluating a model on the right rows (``kafka-audit predictor evaluate``) is
+:func:`predictor.evaluate.evaluate_model`.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import time
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,7 +27,6 @@ from predictor.train import COVERAGE, Progress, fit
 
 CARD_FORMAT = 1
 DEFAULT_SEED = 20200
-Split = Literal["auto", "heldout", "train", "all"]
 
 
 def _versions() -> dict[str, str]:
@@ -42,7 +45,7 @@ def trained_features(frame: pd.DataFrame) -> tuple[str, ...]:
     An :data:`~predictor.features.OPTIONAL` feature that the data only has at its default (the paper's
     measurements and testbed grids have no retransmission-timeout rate) teaches nothing, and leaving it
     out keeps a model trained on them what it was (the shipped model reads
-    :data:`~predictor.features.BASE_FEATURES`). Retraining adds it (:func:`predictor.retrain.add_inputs`).
+    :data:`~predictor.features.BASE_FEATURES`). Retraining adds it (:func:`predictor.warm_start.add_inputs`).
     """
     varying = [f for f in OPTIONAL if f in frame and frame[f].nunique(dropna=True) > 1]
     return (*BASE_FEATURES, *varying)
@@ -98,14 +101,7 @@ def train_model(
         "spec": spec.to_json(),
         "seed": seed,
         "threads": threads,
-        "data": [
-            {
-                "file": str(p),
-                "sha256": data_mod.file_sha256(p),
-                "rows": int((frame["source"] == p.name).sum()),
-            }
-            for p in paths
-        ],
+        "data": data_mod.card_entries(paths, frame),
         "features": list(spec.features),
         "units": {
             **UNITS,
@@ -151,41 +147,3 @@ def train_model(
         card["metrics"]["paper_baseline_heldout"] = metrics(Predictor(paper.model, {}).predict(test), test)
         card["paper_baseline_spec"] = paper_spec.to_json()
     return model
-
-
-def select_rows(model: Predictor, paths: Sequence[Path], split: Split) -> tuple[pd.DataFrame, str]:
-    """Load ``paths`` and keep the rows to evaluate.
-
-    ``auto``: for a file the model was trained on (same sha256 as in its card), its held-back rows; for
-    any other file, all rows. ``heldout`` / ``train``: that side of the split for every file; ``all``.
-
-    Returns:
-        The rows and a description of the selection.
-
-    Raises:
-        ConfigError: if no rows are left.
-    """
-    frame = data_mod.load(paths)
-    held = data_mod.heldout_mask(frame)
-    trained = {d["sha256"] for d in model.card.get("data", [])}
-    if split == "auto":
-        seen = {p.name for p in paths if data_mod.file_sha256(p) in trained}
-        keep = np.where(frame["source"].isin(seen).to_numpy(), held, True)
-        what = f"auto: held-back rows of {sorted(seen)}, all rows of the others" if seen else "auto: all rows"
-    elif split == "heldout":
-        keep, what = held, "heldout"
-    elif split == "train":
-        keep, what = ~held, "train"
-    else:
-        keep, what = np.ones(len(frame), dtype=bool), "all"
-    rows = frame[keep]
-    if rows.empty:
-        raise ConfigError(f"--split {split}: no rows selected from {[str(p) for p in paths]}")
-    return rows, what
-
-
-def evaluate_model(model: Predictor, paths: Sequence[Path], split: Split = "auto") -> dict[str, Any]:
-    """Metrics of ``model`` on the selected rows of ``paths`` (see :func:`select_rows`, :func:`metrics`)."""
-    rows, what = select_rows(model, paths, split)
-    out = metrics(model.predict(rows), rows)
-    return {"split": what, **out}
