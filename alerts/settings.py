@@ -85,6 +85,12 @@ class AlertSettings(BaseSettings):
             stays an active ``info`` alert in Alertmanager, ms (``alerts.control_events``).
         generator_url: ``generatorURL`` of the alerts (e.g. the Grafana dashboard), optional.
         max_pending_events: Undelivered events kept per sink for retry; the oldest are dropped beyond it.
+
+    Example:
+        >>> from alerts import AlertSettings
+        >>> s = AlertSettings(completeness_target=0.999, alertmanager_url="http://alertmanager:9093")
+        >>> s.completeness_target, str(s.alertmanager_url)
+        (0.999, 'http://alertmanager:9093/')
     """
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")

@@ -97,6 +97,12 @@ class ConsumerAuditSettings(BaseSettings):
             an audit cluster other than the consumer's), passed through.
         kafka: TLS / SASL settings of the audit clients when ``audit_bootstrap_servers`` is set
             (default: ``KAFKA_AUDIT_KAFKA_*``).
+
+    Example:
+        >>> from audit_consumer import ConsumerAuditSettings
+        >>> audit = ConsumerAuditSettings(window_ms=10_000, instance_id="billing-1")
+        >>> audit.window_ms, audit.flush_on_commit
+        (10000, True)
     """
 
     model_config = SettingsConfigDict(env_prefix="KAFKA_AUDIT_APP_CONSUMER_", frozen=True)
@@ -169,6 +175,17 @@ class AuditedConsumer:
 
     Raises:
         ConfigError: ``group.id`` is missing.
+
+    Example:
+        Needs a broker at ``localhost:9092``; commit after processing for exact counts::
+
+            >>> from audit_consumer import AuditedConsumer
+            >>> config = {"bootstrap.servers": "localhost:9092", "group.id": "billing"}
+            >>> consumer = AuditedConsumer(config)  # doctest: +SKIP
+            >>> consumer.subscribe(["orders"])  # doctest: +SKIP
+            >>> msg = consumer.poll(1.0)  # doctest: +SKIP
+            >>> consumer.commit(asynchronous=False)  # doctest: +SKIP
+            >>> consumer.close()  # writes the last counts and state  # doctest: +SKIP
     """
 
     def __init__(

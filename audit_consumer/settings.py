@@ -63,6 +63,12 @@ class AuditConsumerSettings(BaseSettings):
         extra_config: librdkafka properties for the consumer and producer, passed through; security
             properties here (``security.protocol`` and the rest) replace ``kafka``.
         kafka: TLS / SASL settings of every client (default: ``KAFKA_AUDIT_KAFKA_*``).
+
+    Example:
+        >>> from audit_consumer.settings import AuditConsumerSettings
+        >>> s = AuditConsumerSettings(cluster="A", topics=["orders"], bootstrap_servers="kafka-a:9092")
+        >>> s.group, s.topics
+        ('kafka-audit.A', ['orders'])
     """
 
     model_config = SettingsConfigDict(env_prefix="KAFKA_AUDIT_CONSUMER_", frozen=True)

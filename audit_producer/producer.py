@@ -140,6 +140,17 @@ class AuditedProducer:
         ConfigError: if ``delivery_reports="errors"`` is combined with a delivery callback in ``config``,
             a reliability setting has an invalid value (the message names the key), or ``autotune`` is
             combined with ``transactional.id`` (a swap would fence the running transaction).
+
+    Example:
+        Needs a broker at ``localhost:9092``; the audit topic is created if missing::
+
+            >>> from audit_producer import AuditedProducer, ProducerAuditSettings
+            >>> audit = ProducerAuditSettings(window_ms=10_000)
+            >>> with AuditedProducer({"bootstrap.servers": "localhost:9092"}, audit) as p:  # doctest: +SKIP
+            ...     p.check()  # fail fast on bad credentials or an unreachable cluster
+            ...     p.produce("orders", b'{"id": 1}', key=b"1")
+            ...     p.flush(10)  # leaving the block closes it: the final snapshots are sent
+            0
     """
 
     # Slots, not a __dict__: an instance with more than 30 attributes gets a real dict, and CPython 3.11

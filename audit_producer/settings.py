@@ -44,6 +44,12 @@ class ProducerAuditSettings(BaseSettings):
             (:mod:`audit_producer.tcp_backlog`; acks=0 reports a message at the socket write), at most
             this long, ms; 0: it does not wait, and snapshots report ``in_flight_bytes`` null
             (docs/DESIGN.md, invariant 8).
+
+    Example:
+        >>> from audit_producer import ProducerAuditSettings
+        >>> audit = ProducerAuditSettings(window_ms=10_000, delivery_reports="errors", autotune=True)
+        >>> audit.window_ms, audit.delivery_reports, audit.autotune
+        (10000, 'errors', True)
     """
 
     model_config = SettingsConfigDict(env_prefix="KAFKA_AUDIT_PRODUCER_", frozen=True)

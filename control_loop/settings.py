@@ -79,6 +79,12 @@ class ControlSettings(BaseSettings):
             group per topic, whose autotuned producers must set ``group`` to that name (an autotuned
             producer's group defaults to its ``client.id``; the testbed sets it explicitly).
         publish_timeout_ms: How long a write to the control topic waits for the broker's ack, ms.
+
+    Example:
+        >>> from control_loop.settings import ControlSettings
+        >>> s = ControlSettings(mode="apply", groups={"orders": "checkout"})
+        >>> s.mode, s.group_of("orders"), s.group_of("clicks")
+        ('apply', 'checkout', 'clicks')
     """
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")

@@ -108,13 +108,19 @@ class SparkJobSettings(BaseSettings):
         retrain_every_minutes: Minutes after which a retraining starts with at least
             ``retrain_min_windows`` new stored windows.
         retrain_min_windows: See ``retrain_every_minutes``; also the retraining's ``--min-windows``.
-        retrain_data: Base data of the retraining beside the paper's ``predictor/base_data/wu2020/experiments.csv``
-            (testbed grid CSVs, same columns).
+        retrain_data: Base data of the retraining beside the paper's
+            ``predictor/base_data/wu2020/experiments.csv`` (testbed grid CSVs, same columns).
         calibration_windows: Rolling window of the live calibration check, final windows per model
             version.
         calibration_max_mae: A model version is calibrated for this deployment (``model_calibrated``;
             drift alerts fire only then) while its rolling live MAE(P_l) is below this, with at least
             10 windows seen.
+
+    Example:
+        >>> from spark_streaming.settings import SparkJobSettings
+        >>> s = SparkJobSettings(bootstrap_servers="kafka-a:9092", master="local[4]")
+        >>> s.bootstrap_servers, s.master
+        ('kafka-a:9092', 'local[4]')
     """
 
     model_config = SettingsConfigDict(env_prefix="KAFKA_AUDIT_SPARK_", frozen=True)
