@@ -333,9 +333,9 @@ class DriftRule(WindowRule):
     (``KAFKA_AUDIT_SPARK_CALIBRATION_MAX_MAE``), so R_l leaving the interval means the network or the
     producers' configuration changed, not that the model never fitted this deployment. A window of a
     model still calibrating (False), or written before the field existed (None), is unknown: it neither
-    fires nor counts towards k, neither resolves nor breaks a streak (:mod:`alerts.state_machine`), so a firing
-    drift alert stays firing through a calibrating period (e.g. after a promotion) and resolves on the
-    first ``keep_firing_count`` calibrated windows inside the interval.
+    fires nor counts towards k, neither resolves nor breaks a streak (:mod:`alerts.state_machine`), so a
+    firing drift alert stays firing through a calibrating period (e.g. after a promotion) and resolves on
+    the first ``keep_firing_count`` calibrated windows inside the interval.
     """
 
     tolerance: float = 0.0

@@ -44,8 +44,8 @@ from typing import Any, Literal
 
 from audit_record import window_result
 from control_loop.config import GroupConfig
-from control_loop.settings import ControlSettings
 from control_loop.controller_state import ControllerState, Evaluation, GroupState
+from control_loop.settings import ControlSettings
 
 Kind = Literal["change", "rollback", "kept", "advice", "held"]
 KINDS: tuple[str, ...] = ("change", "rollback", "kept", "advice", "held")

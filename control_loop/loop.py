@@ -31,11 +31,11 @@ from prometheus_client import CollectorRegistry
 
 from audit_record import window_result
 from audit_record.control_record import ControlRecord
+from control_loop.controller_state import STATE_FILE, ControlStateFile
 from control_loop.decide import ControlDecision, Controller, decision_line
 from control_loop.metrics import ControlMetrics
 from control_loop.publish import ControlPublisher, PublishError, control_record
 from control_loop.settings import KILL_ENV, KILL_FILE, ControlSettings
-from control_loop.controller_state import STATE_FILE, ControlStateFile
 from control_loop.topic import ControlTopicReader
 
 if TYPE_CHECKING:

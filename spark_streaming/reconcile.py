@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from audit_record import PRODUCER_TIER, AuditRecord, cluster_tier, window_result
+from audit_record.rates import completeness, duplicate_rate, loss_rate
 from audit_record.record import COUNT_FIELDS
 from audit_record.tiers import TierOrder
-from audit_record.rates import completeness, duplicate_rate, loss_rate
 
 _KEEP = (
     "tier",

@@ -16,6 +16,9 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from testbed.impairment import BernoulliLoss, Delay, Impairment
+from testbed.lab import Lab, stop_quietly
+from testbed.producer_process import ProducerRun
 
 from alerts import AlertSettings, attach_to_job
 from audit_consumer.consumer import AuditConsumer
@@ -23,9 +26,6 @@ from audit_consumer.settings import AuditConsumerSettings
 from audit_record.window_result import suggested_changes
 from spark_streaming.job import ReconciliationJob
 from spark_streaming.settings import SparkJobSettings
-from testbed.impairment import BernoulliLoss, Delay, Impairment
-from testbed.lab import Lab, stop_quietly
-from testbed.producer_process import ProducerRun
 
 from .alertmanager import running_alertmanager
 from .helpers import wait_for

@@ -41,13 +41,13 @@ from confluent_kafka.admin import AdminClient
 from alerts import AlertSettings, attach_to_job
 from alerts.codec import decode_alert
 from alerts.event import COMPLETENESS_BELOW_TARGET, AlertEvent
+from audit_consumer.ground_truth import verify_topic
 from audit_record import cluster_tier, window_result
 from dashboards.brokers import LOSS_BY_LEADER_EXPR
 from kafka_plumbing.local_cluster import KafkaCluster
 from kafka_plumbing.topics import ensure_topic, read_to_end
 from spark_streaming.job import ReconciliationJob
 from spark_streaming.settings import SparkJobSettings
-from audit_consumer.ground_truth import verify_topic
 from tests.conftest import unique_name
 
 from .helpers import CLUSTER, consumer_settings, running_consumer, wait_for

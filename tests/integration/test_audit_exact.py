@@ -7,13 +7,13 @@ import threading
 import pytest
 from confluent_kafka import Producer
 
+from audit_consumer.ground_truth import verify_topic
 from audit_producer import AuditedProducer, ProducerAuditSettings
 from audit_producer.load import run_load
 from audit_record import cluster_tier, stamp
 from audit_record.reader import read_audit_log
 from audit_record.stamp import STAMP_HEADER
 from kafka_audit.verification_report import cluster_counts, compare_with_cluster
-from audit_consumer.ground_truth import verify_topic
 
 from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
 

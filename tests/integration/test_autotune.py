@@ -16,6 +16,7 @@ from collections import Counter, defaultdict
 import pytest
 from confluent_kafka import Producer
 
+from audit_consumer.ground_truth import verify_topic
 from audit_producer import AuditedProducer, ProducerAuditSettings
 from audit_record import PRODUCER_TIER, now_ms
 from audit_record.codec import encode_object
@@ -26,7 +27,6 @@ from audit_record.stamp import decode as decode_stamp
 from audit_record.stamp import stamp_of
 from kafka_plumbing.topics import CONTROL_TOPIC_CONFIG, ensure_topic, read_to_end
 from spark_streaming.reconcile import compact, reconcile
-from audit_consumer.ground_truth import verify_topic
 from tests.conftest import unique_name
 
 from .helpers import wait_for

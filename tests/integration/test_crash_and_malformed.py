@@ -14,15 +14,15 @@ import fastavro
 import pytest
 from confluent_kafka import Producer
 
+from audit_consumer.ground_truth import verify_topic
 from audit_producer import ProducerAuditSettings
 from audit_producer.load import run_load
 from audit_record import AuditRecord, codec, encode
 from audit_record.dead_letter import REASON_HEADER
 from audit_record.reader import read_audit_log
 from audit_record.stamp import STAMP_HEADER
-from kafka_plumbing.topics import read_to_end
 from kafka_audit.verification_report import cluster_counts, compare_with_cluster
-from audit_consumer.ground_truth import verify_topic
+from kafka_plumbing.topics import read_to_end
 
 from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
 

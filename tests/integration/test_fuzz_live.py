@@ -9,7 +9,6 @@ reader included), and the valid traffic beside them is counted exactly by both.
 from __future__ import annotations
 
 import pytest
-
 from testbed.fuzz import run_live
 
 pytestmark = pytest.mark.integration

@@ -17,8 +17,8 @@ import pytest
 
 import audit_producer.producer as producer_module
 from alerts import AlertEngine, AlertSettings, attach_to_job
-from alerts.codec import decode_alert
 from alerts.batch_listener import ALERT_STATE_FILE
+from alerts.codec import decode_alert
 from alerts.state_file import AlertStateFile
 from audit_producer import AuditedProducer, ProducerAuditSettings
 from kafka_plumbing.topics import ensure_topic, read_to_end

@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from dashboards.report_data import load_results
 from testbed.lab import Lab
 from testbed.run import run_scenario
 from testbed.scenario import Scenario
+
+from dashboards.report_data import load_results
 
 pytestmark = [
     pytest.mark.integration,

@@ -33,6 +33,7 @@ from alerts import AlertSettings, attach_to_job
 from alerts.codec import decode_alert
 from alerts.event import ALERT_NAMES, COMPLETENESS_BELOW_TARGET
 from audit_consumer.audited import AuditedConsumer, ConsumerAuditSettings
+from audit_consumer.ground_truth import tally, verify_topic
 from audit_consumer.settings import AuditConsumerSettings
 from audit_producer import ProducerAuditSettings
 from audit_producer.load import run_load
@@ -42,7 +43,6 @@ from kafka_plumbing.topics import ensure_topic, read_to_end
 from spark_streaming.job import ReconciliationJob
 from spark_streaming.results import final_results, read_results
 from spark_streaming.settings import SparkJobSettings
-from audit_consumer.ground_truth import tally, verify_topic
 
 from .helpers import running_consumer, wait_for
 

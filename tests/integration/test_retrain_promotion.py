@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from testbed.synthetic import deployment_windows, shuffle_loss
 
 from predictor.registry import SHIPPED_VERSION, ModelRegistry
 from predictor.retrain import TEST_FRACTION
-from testbed.synthetic import deployment_windows, shuffle_loss
 from predictor.training_store import TrainingStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -20,16 +20,16 @@ from pydantic import SecretStr
 from typer.testing import CliRunner
 
 from audit_consumer.consumer import AuditConsumer, describe
+from audit_consumer.ground_truth import verify_topic
 from audit_producer import AuditedProducer, ProducerAuditSettings
 from kafka_audit.cli import app
+from kafka_audit.verification_report import cluster_counts, compare_with_cluster
 from kafka_plumbing.local_cluster import KafkaCluster, SaslSslListener
 from kafka_plumbing.security import KafkaAuthenticationError, KafkaSecurity, KafkaTlsError
 from kafka_plumbing.topics import ensure_topic
 from spark_streaming.job import ReconciliationJob
 from spark_streaming.results import final_results, read_results
 from spark_streaming.settings import SparkJobSettings
-from kafka_audit.verification_report import cluster_counts, compare_with_cluster
-from audit_consumer.ground_truth import verify_topic
 
 from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
 

@@ -22,7 +22,6 @@ import time
 from typing import Any
 
 import pytest
-
 from soak.monitoring import ALERTMANAGER, PROMETHEUS
 from soak.recorder import read_jsonl
 from soak.run import Soak

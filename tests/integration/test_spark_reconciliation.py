@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 
+from audit_consumer.ground_truth import verify_topic
 from audit_producer import AuditedProducer, ProducerAuditSettings
 from audit_producer.load import run_load
 from audit_record import PRODUCER_TIER, stamp, window_result
@@ -26,7 +27,6 @@ from kafka_plumbing.topics import ensure_topic, read_to_end
 from spark_streaming.job import ReconciliationJob
 from spark_streaming.results import final_results, read_results
 from spark_streaming.settings import SparkJobSettings
-from audit_consumer.ground_truth import verify_topic
 
 from .helpers import CLUSTER, consumer_settings, running_consumer, wait_for
 

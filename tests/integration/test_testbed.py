@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from testbed.grid import CSV_COLUMNS, GridSpec, run_grid
 from testbed.impairment import BernoulliLoss, Delay, GilbertElliottLoss, Impairment
 from testbed.lab import Lab

@@ -6,12 +6,12 @@ import time
 
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME
+from testbed.warmup import warm_up
 
 from audit_producer import ProducerAuditSettings
 from audit_producer.load import run_load
 from audit_record.stamp import STAMP_HEADER
 from kafka_plumbing.topics import read_to_end
-from testbed.warmup import warm_up
 
 pytestmark = pytest.mark.integration
 

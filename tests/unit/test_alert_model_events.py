@@ -8,11 +8,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from alerts import AlertEvent, AlertPipeline, AlertSettings, AlertStatus, attach_to_job
+from alerts.batch_listener import ALERT_STATE_FILE
 from alerts.codec import decode_alert, encode_alert
 from alerts.event import MODEL_PROMOTED, MODEL_REJECTED
 from alerts.exceptions import AlertSinkError
 from alerts.model_events import decision_event
-from alerts.batch_listener import ALERT_STATE_FILE
 
 T0 = 1_800_000_000_000
 

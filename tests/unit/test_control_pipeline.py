@@ -10,11 +10,11 @@ import pytest
 
 from audit_record.control_record import ControlRecord, decode_control
 from control_loop.config import GroupConfig
+from control_loop.controller_state import STATE_FILE, ControllerState, ControlStateFile
 from control_loop.decide import Controller
 from control_loop.loop import ControlLoop, attach_to_job
 from control_loop.publish import ControlPublisher, PublishError, forced_record
 from control_loop.settings import KILL_ENV, KILL_FILE, ControlSettings
-from control_loop.controller_state import STATE_FILE, ControllerState, ControlStateFile
 from kafka_plumbing.errors import ConfigError
 from tests.unit.control_rows import T0, now_after, row
 

@@ -3,9 +3,9 @@
 import json
 
 import pytest
+from testbed.control_report import compare
 
 from kafka_plumbing.errors import ConfigError
-from testbed.control_report import compare
 
 
 def _run(path, offered, lost, decisions=(), applied=0):

@@ -24,6 +24,7 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from testbed import fuzz
 
 from alerts import AlertEngine, AlertSettings, AlertStatus
 from alerts.event import AUDIT_LAG
@@ -47,7 +48,6 @@ from audit_record.stamp import decode as decode_stamp
 from audit_record.stamp import encode as encode_stamp
 from spark_streaming.reconcile import compact, merge, reconcile
 from spark_streaming.window_state import make_reconciler
-from testbed import fuzz
 
 PROPERTY = settings(
     max_examples=150,

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from testbed.lab import Lab, LabError
 from testbed.producer_process import ProducerRun
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from testbed.learning import evaluate_learning
 
 from predictor.model import Predictor
 from predictor.registry import ModelRegistry
 from predictor.training_store import COLUMNS, TrainingStore
-from testbed.learning import evaluate_learning
 
 
 def _windows(n: int) -> pd.DataFrame:

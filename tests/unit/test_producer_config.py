@@ -7,9 +7,9 @@ from audit_producer.librdkafka_config import reliability_config
 from audit_producer.network_stats import parse_statistics
 from audit_producer.workloads import message_pool
 from audit_record import canonical_acks
+from audit_record.rates import completeness, duplicate_rate, loss_rate
 from kafka_plumbing.errors import ConfigError
 from predictor.features import acks_number
-from audit_record.rates import completeness, duplicate_rate, loss_rate
 
 
 def test_defaults_and_aliases_follow_librdkafka():

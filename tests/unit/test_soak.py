@@ -6,8 +6,6 @@ import os
 from pathlib import Path
 
 import pytest
-
-from kafka_plumbing.errors import ConfigError
 from soak.driver import _new_progress, _progress_rows
 from soak.processes import Component, command_name, cpu_seconds, descendants, rss_bytes, sample
 from soak.schedule import ChaosEvent, Schedule, load_schedule
@@ -23,6 +21,8 @@ from soak.verdict import (
     percentile,
     rss_growth,
 )
+
+from kafka_plumbing.errors import ConfigError
 
 MIN = 60_000
 
@@ -226,7 +226,6 @@ def test_progress_polls_read_the_whole_history_only_after_a_gap():
 
 def test_soak_rules_change_only_the_audit_lag_constant():
     import yaml
-
     from soak.monitoring import SHIPPED_AUDIT_LAG_SLACK_S, audit_lag_slack_s, soak_rules
 
     assert audit_lag_slack_s(60_000, 10_000, 20_000) == 162  # 60 + 2 + 10 + 60 + 30 s

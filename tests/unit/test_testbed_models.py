@@ -8,13 +8,13 @@ import statistics
 from pathlib import Path
 
 import pytest
-
-from kafka_plumbing.errors import ConfigError
-from predictor.features import current_name
 from testbed import netns
 from testbed.grid import CSV_COLUMNS, GridSpec, append_row, csv_row, done_keys, load_grid, point_key
 from testbed.impairment import BernoulliLoss, Delay, GilbertElliottLoss, Impairment, LossProcess
 from testbed.scenario import load_scenario, shipped_scenarios
+
+from kafka_plumbing.errors import ConfigError
+from predictor.features import current_name
 
 SHARED_CSV = Path(__file__).resolve().parents[2] / "predictor" / "base_data" / "wu2020" / "experiments.csv"
 
@@ -184,8 +184,9 @@ def test_scenario_overrides_stage_length_and_rate_everywhere():
 
 
 def test_scenario_overrides_name_the_bad_value():
-    from kafka_plumbing.errors import ConfigError
     from testbed.scenario import load_scenario
+
+    from kafka_plumbing.errors import ConfigError
 
     with pytest.raises(ConfigError, match="stage_seconds=0"):
         load_scenario("shift").with_overrides(stage_seconds=0)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from testbed.synthetic import deployment_windows
 
 from audit_record import window_result
 from kafka_plumbing.errors import ConfigError
 from predictor.features import FEATURES
-from testbed.synthetic import deployment_windows
 from predictor.training_store import (
     COLUMNS,
     LOCAL_SOURCE,
