@@ -11,11 +11,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from alerts.settings import AlertSettings, load_settings
 from kafka_plumbing.errors import ConfigError, KafkaAuditError
 
 if TYPE_CHECKING:
     from alerts.event import AlertEvent
-    from alerts.settings import AlertSettings
 
 console = Console(width=None if Console().is_terminal else 140)
 err_console = Console(stderr=True)
@@ -35,9 +35,20 @@ SetOption = Annotated[
 ]
 Bootstrap = Annotated[
     str | None,
-    typer.Option("--bootstrap-servers", "-b", help="Kafka bootstrap.servers of the alerts topic."),
+    typer.Option(
+        "--bootstrap-servers",
+        "-b",
+        help="Kafka bootstrap.servers of the alerts topic (default: KAFKA_AUDIT_ALERTS_BOOTSTRAP_SERVERS).",
+    ),
 ]
-AlertsTopic = Annotated[str | None, typer.Option("--alerts-topic", help="Alerts topic (Avro AlertEvent).")]
+AlertsTopic = Annotated[
+    str | None,
+    typer.Option(
+        "--alerts-topic",
+        help="Alerts topic (Avro AlertEvent; default: KAFKA_AUDIT_ALERTS_ALERTS_TOPIC, else "
+        f"{AlertSettings.model_fields['alerts_topic'].default}).",
+    ),
+]
 
 
 def _fail(exc: Exception) -> typer.Exit:
@@ -46,8 +57,11 @@ def _fail(exc: Exception) -> typer.Exit:
 
 
 def _settings(sets: list[str] | None, **overrides: Any) -> AlertSettings:
-    from alerts.settings import AlertSettings, load_settings
+    """Return the alert settings: options and ``--set`` given, else KAFKA_AUDIT_ALERTS_*, else defaults.
 
+    Raises:
+        ConfigError: a ``--set`` item is no ``key=value`` of a setting, or a value is invalid.
+    """
     values: dict[str, Any] = {}
     for item in sets or []:
         key, sep, value = item.partition("=")
@@ -122,9 +136,14 @@ def rules_cmd(
 def test_fire_cmd(
     alertmanager_url: Annotated[
         str | None,
-        typer.Option(help="Alertmanager base URL, e.g. http://127.0.0.1:9093 (checked via /api/v2/alerts)."),
+        typer.Option(
+            help="Alertmanager base URL, e.g. http://127.0.0.1:9093 (checked via /api/v2/alerts; default: "
+            "KAFKA_AUDIT_ALERTS_ALERTMANAGER_URL)."
+        ),
     ] = None,
-    webhook_url: Annotated[str | None, typer.Option(help="Generic JSON webhook URL.")] = None,
+    webhook_url: Annotated[
+        str | None, typer.Option(help="Generic JSON webhook URL (default: KAFKA_AUDIT_ALERTS_WEBHOOK_URL).")
+    ] = None,
     bootstrap_servers: Bootstrap = None,
     alerts_topic: AlertsTopic = None,
     topic: Annotated[str, typer.Option(help="`topic` label of the test alert.")] = "kafka-audit.test",

@@ -6,17 +6,16 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kafka_plumbing.errors import ConfigError, KafkaAuditError
-
-if TYPE_CHECKING:
-    from control_loop.settings import ControlSettings
+from control_loop.settings import ControlSettings
+from kafka_plumbing.errors import ConfigError, KafkaAuditError, config_error, setting_and_env_name
+from spark_streaming.settings import SparkJobSettings
 
 console = Console(width=None if Console().is_terminal else 140)
 err_console = Console(stderr=True)
@@ -36,7 +35,12 @@ Bootstrap = Annotated[
     ),
 ]
 ControlTopic = Annotated[
-    str | None, typer.Option("--control-topic", help="Control topic (default __kafka_audit_control).")
+    str | None,
+    typer.Option(
+        "--control-topic",
+        help="Control topic (default: KAFKA_AUDIT_CONTROL_CONTROL_TOPIC, else "
+        f"{ControlSettings.model_fields['control_topic'].default}).",
+    ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")]
 
@@ -46,15 +50,20 @@ def _fail(exc: Exception) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _settings(**overrides: Any) -> ControlSettings:
+def _settings(**given: Any) -> ControlSettings:
+    """Return the control settings: options given (not None), else KAFKA_AUDIT_CONTROL_*, else defaults."""
     from control_loop.settings import load_control_settings
 
-    return load_control_settings(**overrides)
+    return load_control_settings(**given)
 
 
-def _config(settings: ControlSettings, bootstrap: str | None) -> dict[str, Any]:
-    """Return the librdkafka config of the control topic: -b, the setting, else the local cluster's."""
-    servers = bootstrap or settings.bootstrap_servers
+def _config(settings: ControlSettings) -> dict[str, Any]:
+    """Return the librdkafka config of the control topic: the setting (-b or env), else the local cluster's.
+
+    Raises:
+        ConfigError: no bootstrap servers set and no local cluster running.
+    """
+    servers = settings.bootstrap_servers
     if not servers:
         from kafka_plumbing.local_cluster import KafkaCluster
         from kafka_plumbing.paths import default_kafka_dir
@@ -67,6 +76,24 @@ def _config(settings: ControlSettings, bootstrap: str | None) -> dict[str, Any]:
             )
         servers = cluster.bootstrap_servers
     return {"bootstrap.servers": servers}
+
+
+def _checkpoint_dir(given: Path | None) -> Path:
+    """Return the job's checkpoint dir: ``given``, else KAFKA_AUDIT_SPARK_CHECKPOINT_DIR, else default.
+
+    Raises:
+        ConfigError: a KAFKA_AUDIT_SPARK_* variable holds an invalid value (named with its variable).
+    """
+    if given is not None:
+        return given
+    from pydantic import ValidationError
+
+    try:
+        return SparkJobSettings().checkpoint_dir
+    except ValidationError as exc:
+        raise config_error(
+            exc, "invalid Spark job settings", setting_and_env_name("KAFKA_AUDIT_SPARK_")
+        ) from None
 
 
 def _utc(ms: int | None) -> str:
@@ -91,8 +118,8 @@ def status_cmd(
     from control_loop.topic import read_control_topic
 
     try:
-        s = _settings(control_topic=control_topic)
-        config = _config(s, bootstrap_servers)
+        s = _settings(control_topic=control_topic, bootstrap_servers=bootstrap_servers)
+        config = _config(s)
     except KafkaAuditError as exc:
         raise _fail(exc) from exc
     try:
@@ -222,8 +249,8 @@ def set_cmd(
                 "nothing to set: give at least one of --acks, --batch-num-messages, --linger-ms, "
                 "--message-timeout-ms, --idempotence/--no-idempotence, --poll-interval-ms, --producers"
             )
-        s = _settings(control_topic=control_topic)
-        config = _config(s, bootstrap_servers)
+        s = _settings(control_topic=control_topic, bootstrap_servers=bootstrap_servers)
+        config = _config(s)
         latest, _ = read_control_topic(config, s.control_topic)
         record = forced_record(group, latest.get(group), changes, time.time_ns() // 1_000_000, expiry_ms)
         publisher = ControlPublisher(config, s.control_topic, s.publish_timeout_ms)
@@ -248,8 +275,14 @@ def set_cmd(
 @control_app.command("kill")
 def kill_cmd(
     checkpoint_dir: Annotated[
-        Path, typer.Option(help="The Spark job's checkpoint directory (`up`: <data-dir>/spark/checkpoint).")
-    ] = Path("var/spark/checkpoint"),
+        Path | None,
+        typer.Option(
+            help="The Spark job's checkpoint directory (`up`: <data-dir>/spark/checkpoint; default: "
+            "KAFKA_AUDIT_SPARK_CHECKPOINT_DIR, else "
+            f"{SparkJobSettings.model_fields['checkpoint_dir'].default}).",
+            show_default=False,
+        ),
+    ] = None,
     off: Annotated[bool, typer.Option("--off", help="Release the kill switch (remove the file).")] = False,
 ) -> None:
     """Pull the control loop's kill switch (create the file control.kill in the checkpoint directory).
@@ -261,9 +294,9 @@ def kill_cmd(
 
     try:
         s = _settings()
+        path = s.kill_file or _checkpoint_dir(checkpoint_dir) / KILL_FILE
     except KafkaAuditError as exc:
         raise _fail(exc) from exc
-    path = s.kill_file or checkpoint_dir / KILL_FILE
     if off:
         path.unlink(missing_ok=True)
         console.print(f"kill switch off ({escape(str(path))} removed)", highlight=False)

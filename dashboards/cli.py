@@ -6,9 +6,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 
-from kafka_plumbing.errors import KafkaAuditError
+from kafka_plumbing.errors import KafkaAuditError, config_error, setting_and_env_name
+from spark_streaming.settings import SparkJobSettings
+
+SPARK_ENV = SparkJobSettings.model_config["env_prefix"]
 
 console = Console()
 err_console = Console(stderr=True)
@@ -90,9 +94,14 @@ def push_cmd(
 def report_cmd(
     since: Annotated[str, typer.Option(help="Look-back: windows that ended within it (30m, 1h, 2d).")] = "1h",
     out: Annotated[Path, typer.Option(help="HTML file to write.")] = Path("report.html"),
-    results_dir: Annotated[Path, typer.Option(help="Parquet results root (spark-job --parquet-dir).")] = Path(
-        "var/spark/results"
-    ),
+    results_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Parquet results root (the Spark job's parquet_dir; default: KAFKA_AUDIT_SPARK_PARQUET_DIR, "
+            f"else {SparkJobSettings.model_fields['parquet_dir'].default}).",
+            show_default=False,
+        ),
+    ] = None,
     alerts: Annotated[
         Path | None,
         typer.Option(
@@ -106,6 +115,13 @@ def report_cmd(
 
     try:
         window = parse_since(since)
+        if results_dir is None:
+            try:
+                results_dir = SparkJobSettings().parquet_dir
+            except ValidationError as exc:
+                raise config_error(
+                    exc, "invalid Spark job settings", setting_and_env_name(SPARK_ENV)
+                ) from None
         alerts_path = alerts if alerts is not None else results_dir.parent / "alerts.jsonl"
         if alerts is not None and not alerts.exists():
             raise KafkaAuditError(f"--alerts {alerts}: no such file or directory")
