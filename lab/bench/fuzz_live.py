@@ -22,9 +22,9 @@ import time
 
 from rich.console import Console
 from rich.table import Table
+from testbed.fuzz import LiveFuzzResult, run_live
 
 from kafka_plumbing.local_cluster import KafkaCluster
-from testbed.fuzz import LiveFuzzResult, run_live
 
 
 def tables(r: LiveFuzzResult, records: int, stamps: int) -> list[Table]:

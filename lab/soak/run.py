@@ -7,8 +7,8 @@ its alert pipeline posting to Alertmanager), Prometheus (scraping the brokers an
 rules, alerting to Alertmanager), 2 audit consumers in one group (``kafka-audit audit-consumer``), the
 load (:mod:`soak.load`). Then the chaos thread (:mod:`soak.chaos`) and the recorder
 (:mod:`soak.recorder`) run until the load ends; the soak waits until every window of the load is final,
-reads every topic with the verifier (:func:`audit_consumer.ground_truth.verify_topic`), judges (:mod:`soak.verdict`)
-and writes ``records/summary.json`` and the report (:mod:`soak.report`).
+reads every topic with the verifier (:func:`audit_consumer.ground_truth.verify_topic`), judges
+(:mod:`soak.verdict`) and writes ``records/summary.json`` and the report (:mod:`soak.report`).
 
 Child processes get a clean environment: every ``KAFKA_AUDIT_*`` variable of the caller is dropped
 and the soak's own are set, so a soak is reproducible from its settings alone.

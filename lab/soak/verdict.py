@@ -1,9 +1,9 @@
 """How a soak is judged (issue 18's acceptance), as pure functions of its records.
 
 * **Windows** (:func:`compare_windows`): every final window result of a cluster tier must hold exactly
-  what the verifier (:mod:`audit_consumer.ground_truth`) counts in the topic for that window: ``sent`` (from the
-  producers' final snapshots), ``unique`` and ``duplicated`` (from the stamps in the topic); a window
-  the verifier saw sent messages in must have a final result.
+  what the verifier (:mod:`audit_consumer.ground_truth`) counts in the topic for that window: ``sent``
+  (from the producers' final snapshots), ``unique`` and ``duplicated`` (from the stamps in the topic);
+  a window the verifier saw sent messages in must have a final result.
 * **Alerts** (:func:`classify_alerts`): each chaos event covers ``[start, end + settle_ms]``
   (``end``: the faulty component is back). A firing alert is a *chaos* alert when the window it judged
   overlaps a covered span, or when it started inside a covered span extended by ``judge_ms`` (how long
@@ -76,7 +76,8 @@ def compare_windows(
 
     Args:
         results: Final window results (newest per key), any tiers; rows of other tiers are ignored.
-        truth: topic -> window start -> the verifier's totals (``audit_consumer.ground_truth.totals_by_window``).
+        truth: topic -> window start -> the verifier's totals
+            (``audit_consumer.ground_truth.totals_by_window``).
         tiers: The cluster tiers that must have a result for every window, e.g. ``["cluster:soak"]``.
 
     Returns:

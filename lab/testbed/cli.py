@@ -356,7 +356,10 @@ def plot(
         list[Path] | None, typer.Option("--data", help="Experiment CSV(s) of ours (repeatable).")
     ] = None,
     paper: Annotated[
-        Path | None, typer.Option(help="The paper's experiments.csv (default: predictor/base_data/wu2020/experiments.csv).")
+        Path | None,
+        typer.Option(
+            help="The paper's experiments.csv (default: predictor/base_data/wu2020/experiments.csv)."
+        ),
     ] = None,
     out: Annotated[Path, typer.Option(help="Output directory for fig4.png ... fig8.png.")] = Path(
         "lab/experiments/batch-pktloss-grid/figures"

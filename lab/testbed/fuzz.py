@@ -651,17 +651,17 @@ def run_live(
     from confluent_kafka import Producer
 
     from audit_consumer.consumer import AuditConsumer
+    from audit_consumer.ground_truth import verify_topic
     from audit_consumer.settings import AuditConsumerSettings
     from audit_producer import ProducerAuditSettings
     from audit_producer.load import run_load
     from audit_record import cluster_tier
     from audit_record.dead_letter import COMPONENT_HEADER, REASON_HEADER
+    from kafka_audit.verification_report import compare_with_cluster
     from kafka_plumbing.topics import ensure_topic, read_to_end
     from spark_streaming.job import ReconciliationJob
     from spark_streaming.results import final_results, read_results
     from spark_streaming.settings import SparkJobSettings
-    from kafka_audit.verification_report import compare_with_cluster
-    from audit_consumer.ground_truth import verify_topic
 
     out = LiveFuzzResult()
     rng = random.Random(seed)

@@ -59,7 +59,9 @@ CSV_COLUMNS = (
 """The shared data's columns (the predictor's features first), with ``batch_size`` renamed
 ``batch_num_messages``: files with the former name still read (:func:`predictor.features.current_name`)."""
 FEATURES = CSV_COLUMNS[1 : CSV_COLUMNS.index("n_sent")]
-"""Settings of one experiment: the CSV's columns up to ``n_sent`` (units as in ``predictor/base_data/wu2020/README.md``)."""
+"""Settings of one experiment: the CSV's columns up to ``n_sent``.
+
+Units as in ``predictor/base_data/wu2020/README.md``."""
 
 DEFAULTS: dict[str, float] = {
     "acks": 1,
@@ -196,7 +198,10 @@ def impairment(
 def csv_row(
     name: str, settings: dict[str, float], sent: int, received: int, unique: int, seconds: float
 ) -> dict[str, Any]:
-    """One CSV row in the columns and units of ``predictor/base_data/wu2020/experiments.csv`` (P_l, P_d as fractions)."""
+    """One CSV row in the columns and units of ``predictor/base_data/wu2020/experiments.csv``.
+
+    P_l, P_d as fractions.
+    """
     lost = max(0, sent - unique)
     dup = received - unique
     row: dict[str, Any] = {"experiment": name}

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from audit_consumer.ground_truth import Verification, verify_topic
 from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.local_cluster import KafkaCluster
 from kafka_plumbing.topics import ensure_topic, watermarks
 from testbed.impairment import Impairment
 from testbed.netns import DEFAULT_CONGESTION_CONTROL, ProducerNamespace
 from testbed.producer_process import ProducerRun
-from audit_consumer.ground_truth import Verification, verify_topic
 
 _STDERR_LOGS: weakref.WeakKeyDictionary[subprocess.Popen[str], Path] = weakref.WeakKeyDictionary()
 """Where each producer process started by :meth:`Lab.start_producer` writes its stderr."""

@@ -8,7 +8,8 @@ LAN or a region (0.2-60 ms; the paper's 30-280 ms), librdkafka's default ``batch
 (10,000) and ``message.timeout.ms`` (300,000), messages of 200-2,000 bytes.
 
 Its network (:func:`deployment_loss`) loses messages unlike the paper's testbed, shaped after the
-repository's own testbed grid (``lab/experiments/batch-pktloss-grid/testbed-batch-pktloss.csv``: R_l about 0.35 at L = 25% for B = 1,
+repository's own testbed grid (``lab/experiments/batch-pktloss-grid/testbed-batch-pktloss.csv``:
+R_l about 0.35 at L = 25% for B = 1,
 falling with the batch size, and much the same for both acks): R_l = 0.35 (L/25)^2 (1 + log10 B)^-0.5
 for at-most-once; for at-least-once the retries save a share that grows with message.timeout.ms,
 R_l = that x (5,000 / T_o)^0.3 (capped at 1x). Measured R_l adds binomial noise for the window's message

@@ -4,7 +4,8 @@ A testbed run starts a fresh cluster. Its brokers' JVMs have not compiled the pr
 the first tens of seconds they append more slowly: measured on 2026-11-24 (weblog, 4,000 messages/s,
 ``batch.num.messages`` = 1, 90-s stages, without the Spark job), the unimpaired first stage lost 0.33,
 0.33 and 0.13 of its first three windows and nothing after them, while the same network in the last
-stage lost nothing (``lab/experiments/predictor-learning/warm-up/``). That loss is the testbed's, not the network's or
+stage lost nothing (``lab/experiments/predictor-learning/warm-up/``). That loss is the testbed's, not
+the network's or
 the configuration's, and a learning experiment's labels should not carry it. :func:`warm_up` offers
 load to a separate topic through a plain (unaudited: no audit snapshots, so no window, result or
 training row) ``confluent_kafka.Producer`` before the first stage, like a benchmark's warm-up iterations.
