@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from audit_record import PRODUCER_TIER
+from audit_record.rates import duplicate_rate, loss_rate
 from audit_record.reader import SnapshotTable, read_audit_log
 from audit_record.stamp import decode as decode_stamp
 from audit_record.stamp import stamp_of
 from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.topics import TopicError, read_to_end
-from audit_record.rates import duplicate_rate, loss_rate
 
 
 class VerifyError(KafkaAuditError):
