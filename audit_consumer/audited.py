@@ -41,18 +41,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
 
 from audit_consumer import counts
 from audit_consumer.counts import PartitionCounts, count_batch
-from audit_consumer.settings import DEFAULT_STATE_TOPIC
+from audit_consumer.settings import DEFAULT_STATE_TOPIC, ReplicationNamingSettings
 from audit_consumer.snapshots import dirty_buckets, snapshot_record
 from audit_consumer.state_codec import decode_state, encode_state, state_key
 from audit_record import DEFAULT_AUDIT_TOPIC, DEFAULT_DLQ_TOPIC, DEFAULT_WINDOW_MS, DeadLetter, encode, now_ms
 from audit_record.record import consumer_tier
 from kafka_plumbing.errors import ConfigError, KafkaAuditError
-from kafka_plumbing.replication import ReplicationNaming, ReplicationPolicy
 from kafka_plumbing.security import KafkaSecurity, client_config
 from kafka_plumbing.topics import (
     AUDIT_TOPIC_CONFIG,
@@ -68,7 +67,7 @@ COMPONENT = "audited-consumer"
 """``component`` of its dead letters (``kafka-audit.dlq.component``)."""
 
 
-class ConsumerAuditSettings(BaseSettings):
+class ConsumerAuditSettings(ReplicationNamingSettings):
     """How an :class:`AuditedConsumer` audits (the librdkafka config of the consumer is separate).
 
     Attributes:
@@ -118,24 +117,8 @@ class ConsumerAuditSettings(BaseSettings):
     audit_bootstrap_servers: str | None = None
     instance_id: str | None = None
     transaction_timeout_ms: int = Field(10_000, gt=0)
-    replication_policy: ReplicationPolicy = "default"
-    replication_sources: list[str] = Field(default_factory=list)
-    replication_separator: str = "."
     extra_config: dict[str, str] = Field(default_factory=dict)
     kafka: KafkaSecurity = Field(default_factory=KafkaSecurity.from_env)
-
-    @model_validator(mode="after")
-    def _naming(self) -> ConsumerAuditSettings:
-        """Check the replication settings make a valid naming (raises ``ConfigError`` saying why)."""
-        self.replication_naming  # noqa: B018 - built for its validation
-        return self
-
-    @property
-    def replication_naming(self) -> ReplicationNaming:
-        """How copies of replicated topics are named; maps them to their source topics."""
-        return ReplicationNaming(
-            self.replication_policy, tuple(self.replication_sources), self.replication_separator
-        )
 
 
 @dataclass

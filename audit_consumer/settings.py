@@ -16,7 +16,44 @@ from kafka_plumbing.security import KafkaSecurity
 DEFAULT_STATE_TOPIC = "__kafka_audit_state"
 
 
-class AuditConsumerSettings(BaseSettings):
+class ReplicationNamingSettings(BaseSettings):
+    """The MirrorMaker 2 naming settings that every counting tier shares (a base of settings models).
+
+    The audit consumer (:class:`AuditConsumerSettings`) and an audited application consumer
+    (:class:`audit_consumer.audited.ConsumerAuditSettings`) both count a replicated copy under its
+    source topic; this base holds the three settings, their validation and the naming built from them.
+
+    Attributes:
+        replication_policy: MirrorMaker 2 replication policy of the replicated topics counted:
+            ``default`` (copies named ``<alias>.<topic>``) or ``identity`` (same name).
+        replication_sources: MM2 aliases of the clusters whose copies are counted (e.g. ``["A"]``): a
+            topic ``A.orders`` is counted under its source topic ``orders``
+            (:class:`kafka_plumbing.replication.ReplicationNaming`).
+        replication_separator: MM2 ``replication.policy.separator``.
+
+    Raises:
+        ConfigError: (on construction) the three settings make no valid naming, saying why.
+    """
+
+    replication_policy: ReplicationPolicy = "default"
+    replication_sources: list[str] = Field(default_factory=list)
+    replication_separator: str = "."
+
+    @model_validator(mode="after")
+    def _naming(self) -> ReplicationNamingSettings:
+        """Check the replication settings make a valid naming (raises ``ConfigError`` saying why)."""
+        self.replication_naming  # noqa: B018 - built for its validation
+        return self
+
+    @property
+    def replication_naming(self) -> ReplicationNaming:
+        """How copies of replicated topics are named (``replication_*``); maps them to source topics."""
+        return ReplicationNaming(
+            self.replication_policy, tuple(self.replication_sources), self.replication_separator
+        )
+
+
+class AuditConsumerSettings(ReplicationNamingSettings):
     """How one audit consumer instance counts one cluster's topics.
 
     Attributes:
@@ -80,9 +117,6 @@ class AuditConsumerSettings(BaseSettings):
     discovery_interval_ms: int = Field(10_000, gt=0)
     bootstrap_servers: str = "127.0.0.1:9092"
     audit_bootstrap_servers: str | None = None
-    replication_policy: ReplicationPolicy = "default"
-    replication_sources: list[str] = Field(default_factory=list)
-    replication_separator: str = "."
     group_id: str = ""
     instance_id: str = Field(default_factory=socket.gethostname)
     audit_topic: str = DEFAULT_AUDIT_TOPIC
@@ -111,19 +145,6 @@ class AuditConsumerSettings(BaseSettings):
     def finality(self) -> Finality:
         """The rule that closes windows: grace, delivery margin and bound (no settle time)."""
         return Finality(self.grace_ms, self.delivery_margin_ms, self.max_final_wait_ms)
-
-    @model_validator(mode="after")
-    def _naming(self) -> AuditConsumerSettings:
-        """Check the replication settings make a valid naming (raises ``ConfigError`` saying why)."""
-        self.replication_naming  # noqa: B018 - built for its validation
-        return self
-
-    @property
-    def replication_naming(self) -> ReplicationNaming:
-        """How copies of replicated topics are named (``replication_*``); maps them to source topics."""
-        return ReplicationNaming(
-            self.replication_policy, tuple(self.replication_sources), self.replication_separator
-        )
 
     @property
     def external_offsets(self) -> bool:
