@@ -52,7 +52,6 @@ from alerts.event import (
     CONFIG_NOT_APPLIED,
     CONFIG_ROLLED_BACK,
     AlertEvent,
-    AlertStatus,
 )
 
 CONTROL_TIER_PREFIX = "control:"
@@ -162,15 +161,11 @@ def control_event(decision: Mapping[str, Any], generator_url: str | None = None)
         f"{_fmt(numbers.get('measured_gamma_before'))}, after {_fmt(numbers.get('measured_gamma_after'))}; "
         f"mode {decision.get('mode') or '?'}."
     )
-    return AlertEvent(
-        alertname=name,
+    return AlertEvent.decision(
+        name,
+        f"{CONTROL_TIER_PREFIX}{group}",
+        at_ms,
         topic=str(decision.get("topic") or ""),
-        tier=f"{CONTROL_TIER_PREFIX}{group}",
-        severity="info",
-        status=AlertStatus.RESOLVED,
-        starts_at_ms=at_ms,
-        ends_at_ms=at_ms,
-        event_at_ms=at_ms,
         summary=summary,
         description=description,
         window_start_ms=decision.get("window_start_ms"),

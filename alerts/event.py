@@ -185,6 +185,25 @@ class AlertEvent:
             out["lost_leaders"] = leaders_text(self.attribution)
         return out
 
+    @classmethod
+    def decision(cls, alertname: str, tier: str, at_ms: int, **fields: Any) -> AlertEvent:
+        """Return an ``info`` event recording a decision at ``at_ms`` (ms), not an episode.
+
+        A decision (model promotion, control-loop change) fires and resolves at the same instant: status
+        resolved, ``starts_at_ms`` = ``ends_at_ms`` = ``event_at_ms`` = ``at_ms``. ``fields`` are the
+        other attributes (summary, description, topic, value, threshold, numbers, ...).
+        """
+        return cls(
+            alertname=alertname,
+            tier=tier,
+            severity="info",
+            status=AlertStatus.RESOLVED,
+            starts_at_ms=at_ms,
+            ends_at_ms=at_ms,
+            event_at_ms=at_ms,
+            **fields,
+        )
+
     def resolved(self, at_ms: int, **changes: Any) -> AlertEvent:
         """Return the resolved event of this (firing) episode, ended at ``at_ms`` (ms); ``changes`` win."""
         fields: dict[str, Any] = {"status": AlertStatus.RESOLVED, "ends_at_ms": at_ms, "event_at_ms": at_ms}

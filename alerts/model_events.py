@@ -38,7 +38,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from alerts.event import MODEL_PROMOTED, MODEL_REJECTED, AlertEvent, AlertStatus
+from alerts.event import MODEL_PROMOTED, MODEL_REJECTED, AlertEvent
 
 MODEL_TIER_PREFIX = "model:"
 """``tier`` of a model decision event: ``model:<challenger version>``."""
@@ -106,15 +106,11 @@ def decision_event(decision: Mapping[str, Any], generator_url: str | None = None
         + (f" Training rows by source: {rows}." if rows else "")
     )
     threshold = mae_old - margin if mae_old is not None and margin is not None else mae_old
-    return AlertEvent(
-        alertname=MODEL_PROMOTED if promoted else MODEL_REJECTED,
+    return AlertEvent.decision(
+        MODEL_PROMOTED if promoted else MODEL_REJECTED,
+        f"{MODEL_TIER_PREFIX}{challenger}",
+        at_ms,
         topic="",
-        tier=f"{MODEL_TIER_PREFIX}{challenger}",
-        severity="info",
-        status=AlertStatus.RESOLVED,
-        starts_at_ms=at_ms,
-        ends_at_ms=at_ms,
-        event_at_ms=at_ms,
         summary=summary,
         description=description,
         value=mae_new,
