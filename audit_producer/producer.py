@@ -14,7 +14,9 @@ The constructor does no network I/O (librdkafka connects in its own threads, as 
 audit topic is checked (created if missing) by :meth:`AuditedProducer.check`: call it after
 construction to fail fast on bad credentials or an unreachable cluster; otherwise the first produce
 starts it in a background thread, and snapshots are held back (never lost: they are cumulative) until it
-has succeeded. quix-streams' producer defers its topic checks the same way.
+has succeeded. quix-streams' producer defers its topic checks the same way. The audit topic's side
+(the check, the internal producer) is :mod:`~audit_producer.audit_topic_writer`'s; the statistics
+(network, partition leaders) are :mod:`~audit_producer.client_statistics`'.
 
 Autotuned (``autotune=True`` or ``KAFKA_AUDIT_PRODUCER_AUTOTUNE=1``), it follows the control topic for its
 group (:mod:`audit_producer.autotune`) and swaps its inner producer for one with the configuration asked
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from struct import Struct
@@ -36,40 +37,28 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from audit_producer.leaders import LeaderHistory, partition_leaders
+from audit_producer.audit_topic_writer import AuditTopicWriter, close_client
+from audit_producer.client_statistics import ClientStatistics
+from audit_producer.delivery_reports import DeliveryReports
 from audit_producer.librdkafka_config import controlled_properties, reliability_config
-from audit_producer.network_history import NetworkHistory
-from audit_producer.network_stats import TcpRetransmitMeter, parse_statistics
+from audit_producer.network_stats import TcpRetransmitMeter
 from audit_producer.reconfiguration import LiveReconfiguration
 from audit_producer.settings import ProducerAuditSettings
-from audit_producer.tcp_backlog import Mark, TcpSocket, open_backlog
+from audit_producer.snapshot_emitter import SnapshotEmitter
+from audit_producer.tcp_backlog import open_backlog
 from audit_producer.tcp_drain import TcpDrainWait
-from audit_producer.window_counts import ACKED as _ACKED
 from audit_producer.window_counts import BYTES as _BYTES
-from audit_producer.window_counts import CB_GENERATION as _CB_GENERATION
 from audit_producer.window_counts import COUNT_CB as _COUNT_CB
 from audit_producer.window_counts import DIRTY as _DIRTY
-from audit_producer.window_counts import FAILED as _FAILED
-from audit_producer.window_counts import FIRST_SEQ as _FIRST_SEQ
 from audit_producer.window_counts import LAST_PRODUCE_MS as _LAST_PRODUCE_MS
 from audit_producer.window_counts import LAST_SEQ as _LAST_SEQ
 from audit_producer.window_counts import REPORT_CB as _REPORT_CB
 from audit_producer.window_counts import SENT as _SENT
 from audit_producer.window_counts import (
     chain,
-    count_failure,
     new_window,
-    partition_deliveries,
-    window_counter,
-    window_snapshots,
 )
-from audit_record import (
-    AuditRecord,
-    NetworkStats,
-    ProducerConfig,
-    encode,
-    now_ms,
-)
+from audit_record import ProducerConfig, now_ms
 from audit_record.stamp import (
     SEQUENCE_BYTEORDER,
     SEQUENCE_BYTES,
@@ -79,28 +68,18 @@ from audit_record.stamp import (
 )
 from kafka_plumbing.errors import ConfigError
 from kafka_plumbing.security import client_config
-from kafka_plumbing.topics import AUDIT_TOPIC_CONFIG, connection_config, ensure_topic
+from kafka_plumbing.topics import connection_config
 
 log = logging.getLogger(__name__)
 
 _NO_WINDOW = -(1 << 62)  # the hot window's end when there is none: no clock reading falls before it
-_SETTLE_MARGIN_MS = 2_000
 _CHECK_POLL_MS = 100  # while the audit topic check runs, look for its result this often, ms
-_CHECK_RETRY_MS = 5_000  # after a failed background check, start the next one this much later, ms
 _CALLBACK_KEYS = ("on_delivery", "delivery.report.cb", "dr_cb", "dr_msg_cb")
 _RECONFIGURE_TICK_MS = 250  # with autotune: look for a handed-over configuration this often, ms
 _NEVER = 1 << 62  # a tick time that never comes, ms
 if (SEQUENCE_BYTES, SEQUENCE_BYTEORDER) != (8, "big"):  # pragma: no cover - the stamp's definition
     raise ImportError("the stamp packing below assumes an 8-byte big-endian sequence number")
 _SEQUENCE_FORMAT = "Q"  # struct: unsigned 8 bytes, big-endian with ">"
-
-
-def _close_client(producer: Any) -> None:
-    """Close a librdkafka producer; purge first what the flushes before left (close() flushes forever)."""
-    if len(producer):
-        producer.purge(in_queue=True, in_flight=True, blocking=False)
-        producer.poll(0)
-    producer.close()
 
 
 class AuditedProducer:
@@ -119,7 +98,7 @@ class AuditedProducer:
     docstring and docs/DESIGN.md, "Autotuned producer"); :attr:`current_config`,
     :attr:`active_control_version`, :attr:`hints` and :attr:`config_events` say what runs and what
     happened. Windows that ran with several configurations are reported with one extra snapshot per
-    extra configuration (see :meth:`_emit`).
+    extra configuration (see :meth:`~audit_producer.snapshot_emitter.SnapshotEmitter.emit`).
 
     Args:
         config: librdkafka producer config; copied, never mutated.
@@ -158,14 +137,9 @@ class AuditedProducer:
     # lookup. A new attribute must be named here.
     __slots__ = (
         "__weakref__",
-        "_audit_producer",
+        "_audit_topic",
         "_autotune",
         "_base_config",
-        "_check_error",
-        "_check_lock",
-        "_check_retry_ms",
-        "_check_thread",
-        "_checked",
         "_closed",
         "_conn",
         "_draining",
@@ -181,33 +155,26 @@ class AuditedProducer:
         "_hot_start",
         "_hot_topic",
         "_hot_w",
-        "_leaders",
-        "_network",
-        "_network_base",
-        "_network_history",
         "_next_reconfigure_ms",
         "_next_snapshot_ms",
         "_prefix",
         "_produce",
         "_producer",
         "_reconfiguration",
+        "_reports",
         "_seq",
+        "_snapshots",
         "_stamp",
-        "_stats_token",
-        "_tcp",
+        "_statistics",
         "_tcp_drain",
         "_tick_at",
-        "_user_dr",
-        "_user_stats_cb",
         "_window_ms",
         "_windows",
-        "audit_delivery_failures",
         "client_id",
         "group",
         "producer_id",
         "reliability",
         "settings",
-        "snapshots_sent",
     )
 
     def __init__(
@@ -228,9 +195,8 @@ class AuditedProducer:
         self._autotune = self.settings.autotune if autotune is None else autotune
         if self._autotune and "transactional.id" in cfg:
             raise ConfigError("autotune cannot be combined with transactional.id (allowed: one or the other)")
-        self._user_stats_cb: Callable[[str], None] | None = cfg.pop("stats_cb", None)
+        user_stats_cb: Callable[[str], None] | None = cfg.pop("stats_cb", None)
         user_dr = next((cfg.pop(k) for k in _CALLBACK_KEYS if k in cfg), None)
-        self._user_dr: Callable[[KafkaError | None, Message], None] | None = user_dr
         mode = self.settings.delivery_reports
         if mode == "errors" and user_dr is not None:
             raise ConfigError(
@@ -239,37 +205,27 @@ class AuditedProducer:
             )
         if mode == "errors":
             cfg["delivery.report.only.error"] = True
-        cfg["on_delivery"] = self._on_delivery
-        self._stats_token = object()  # which inner producer's statistics count: the active one's
-        cfg["stats_cb"] = self._stats_callback(self._stats_token)
+        self._window_ms = self.settings.window_ms
+        self._windows: dict[tuple[str, int], list[Any]] = {}
+        self._reports = DeliveryReports(self._windows, self._window_ms, user_dr, self._on_failed_delivery)
+        cfg["on_delivery"] = self._reports.on_delivery
         cfg.setdefault("statistics.interval.ms", 5_000)
+        # The statistics of the active inner producer: network (D, L) per window, partition leaders
+        self._statistics = ClientStatistics(
+            int(cfg.get("statistics.interval.ms") or 0), TcpRetransmitMeter(), user_stats_cb
+        )
+        cfg["stats_cb"] = self._statistics.callback(self._statistics.token)
         self._base_config = dict(cfg)  # what inner producers of other configurations start from
         self._producer = Producer(cfg)
 
-        conn = self._conn = connection_config(cfg)
-        self._audit_producer = Producer(
-            {
-                **conn,
-                "client.id": f"{self.client_id}.audit",
-                "acks": "all",
-                "enable.idempotence": True,
-                "linger.ms": 20,
-                "message.timeout.ms": 120_000,
-            }
-        )
+        self._conn = connection_config(cfg)
         # The audit topic check (network I/O) happens in check(), not here.
-        self._checked = False
-        self._check_lock = threading.Lock()
-        self._check_thread: threading.Thread | None = None
-        self._check_error: BaseException | None = None
-        self._check_retry_ms = 0
+        self._audit_topic = AuditTopicWriter(self._conn, self.client_id, self.settings.audit_topic)
 
         self._prefix = encode_prefix(self.producer_id)
         # audit_record.stamp.encode in one C call: (prefix, sequence) -> prefix + 8-byte big-endian sequence
         self._stamp = Struct(f">{len(self._prefix)}s{_SEQUENCE_FORMAT}").pack
         self._seq = 0
-        self._window_ms = self.settings.window_ms
-        self._windows: dict[tuple[str, int], list[Any]] = {}
         # The hot window (see "The hot path" below): the (topic, window) of the last message produced,
         # with the counts not yet added to its list.
         self._hot_w: list[Any] | None = None
@@ -283,23 +239,12 @@ class AuditedProducer:
         self._hot_report: Callable[[KafkaError | None, Message], None] | None = None
         self._generation = 1  # first sequence number of the running inner producer
         self._tick_at = 0
-        self._network = NetworkStats()  # the newest statistics sample
-        # the samples of the open windows: each snapshot carries its own window's network (D, L)
-        self._network_history = NetworkHistory(max(1, int(cfg.get("statistics.interval.ms") or 0)))
-        # Cumulative tx_retries, request_timeouts, tx_errors of the inner producers replaced so far:
-        self._network_base = (0, 0, 0)
-        self._tcp = TcpRetransmitMeter()  # packet loss estimate L of this network namespace
-        self._leaders = (
-            LeaderHistory()
-        )  # partition leaders from the statistics (docs/DESIGN.md, "Attribution")
         self._errors_only = mode == "errors"
         self._next_tick_ms = 0  # produce()/poll() call _due() from then on: min of the two below
         self._next_snapshot_ms = 0
         self._next_reconfigure_ms = 0 if self._autotune else _NEVER
         self._closed = False
         self._produce = self._producer.produce
-        self.snapshots_sent = 0
-        self.audit_delivery_failures = 0
 
         # Autotune (docs/DESIGN.md, "Autotuned producer"): swap, probation, rollback and the configuration
         # history are the reconfiguration's; the history and the draining producers are read here too.
@@ -313,6 +258,18 @@ class AuditedProducer:
         # it settled, when that was (ms) and the bytes still unacknowledged at the last tick.
         wait_ms = self.settings.tcp_drain_wait_ms
         self._tcp_drain = TcpDrainWait(open_backlog() if wait_ms > 0 else None, wait_ms)
+        self._snapshots = SnapshotEmitter(
+            windows=self._windows,
+            window_ms=self._window_ms,
+            grace_ms=self.settings.grace_ms,
+            errors_only=self._errors_only,
+            client_id=self.client_id,
+            producer_id=self.producer_id,
+            history=self._history,
+            statistics=self._statistics,
+            tcp_drain=self._tcp_drain,
+            audit_topic=self._audit_topic,
+        )
 
     # ------------------------------------------------------------------ the caller's API
     # The hot path. produce() costs what CPython makes it cost, so it does as little as it can; every
@@ -420,7 +377,7 @@ class AuditedProducer:
             hot = False
             known = self._windows.get((topic, start))
             w = known if known is not None else new_window(seq, now)
-            self._bind_reports(w)
+            self._reports.bind(w, self._generation)
         stamp = self._stamp(self._prefix, seq)
         if headers is None:
             hdrs: list[tuple[str, Any]] = [(STAMP_HEADER, stamp)]
@@ -494,8 +451,8 @@ class AuditedProducer:
         served = self._producer.poll(timeout)
         if self._draining:
             served += self._draining.poll()
-        if self._check_error is not None:
-            self._raise_check_error()
+        if self._audit_topic.check_error is not None:
+            self._audit_topic.raise_check_error()
         now = now_ms()
         if now >= self._next_tick_ms:
             self._due(now)
@@ -517,12 +474,11 @@ class AuditedProducer:
         left = self._producer.flush(timeout) if timeout >= 0 else self._producer.flush()
         if self._draining:
             left += self._draining.flush(timeout)
-        if timeout != 0 and self._windows and not self._checked:
-            self._start_check(now_ms())
-            if self._check_thread is not None:
-                self._check_thread.join(None if timeout < 0 else timeout)
-        if self._check_error is not None:
-            self._raise_check_error()
+        if timeout != 0 and self._windows and not self._audit_topic.checked:
+            self._audit_topic.start_check(now_ms(), self.check)
+            self._audit_topic.join_check(None if timeout < 0 else timeout)
+        if self._audit_topic.check_error is not None:
+            self._audit_topic.raise_check_error()
         self._tick(now_ms())
         return left
 
@@ -544,18 +500,7 @@ class AuditedProducer:
         """
         if self._autotune:
             self._reconfiguration.start_follower()
-        with self._check_lock:
-            if self._checked:
-                return
-            ensure_topic(
-                self._conn,
-                self.settings.audit_topic,
-                partitions=3,
-                topic_config=AUDIT_TOPIC_CONFIG,
-                timeout_s=timeout_s,
-            )
-            self._checked = True
-            self._check_error = None
+        self._audit_topic.check(timeout_s)
 
     def __len__(self) -> int:
         """Return the messages queued or in flight, replaced inner producers included."""
@@ -594,121 +539,25 @@ class AuditedProducer:
             self._producer.poll(0)
             self._draining.close_all(timeout_s)  # their last reports counted before the final snapshots
             self._tcp_drain.await_all(self._windows, timeout_s)
-            if self._windows and not self._checked:
-                self._check_error = None
+            if self._windows and not self._audit_topic.checked:
+                self._audit_topic.check_error = None
                 self.check(timeout_s)  # the final snapshots need the audit topic
             self._tick(now_ms(), close_all=True)
-            self._audit_producer.flush(timeout_s)
+            self._audit_topic.flush(timeout_s)
         finally:
             self._closed = True
             self._draining.close_all(0)
             self._reconfiguration.close()
-            _close_client(self._audit_producer)
-            _close_client(self._producer)
+            self._audit_topic.close()
+            close_client(self._producer)
             self._tcp_drain.close()
 
-    # ------------------------------------------------------------------ delivery reports and stats
-    def _bind_reports(self, w: list[Any]) -> None:
-        """Give window ``w`` its delivery-report callbacks for the running inner producer (if not yet)."""
-        if w[_CB_GENERATION] == self._generation:
-            return
-        w[_COUNT_CB] = count = self._counter(w, self._generation, None)
-        w[_REPORT_CB] = count if self._user_dr is None else self._counter(w, self._generation, self._user_dr)
-        w[_CB_GENERATION] = self._generation
-
-    def _counter(
-        self,
-        w: list[Any],
-        generation: int,
-        then: Callable[[KafkaError | None, Message], None] | None,
-    ) -> Callable[[KafkaError | None, Message], None]:
-        """Return the delivery callback of window ``w``'s messages (:func:`window_counter`).
-
-        ``generation`` is the first sequence number of the inner producer the messages are given to.
-        """
-        return window_counter(w, generation, then, self._count_failure)
-
-    def _count_failure(self, w: list[Any], generation: int, err: KafkaError, msg: Message) -> None:
-        """Count a failed delivery in ``w`` (:func:`count_failure`); judge the configuration on probation.
-
-        ``generation`` is the first sequence number given to the inner producer that failed the message,
-        a lower bound of its own: at least the probation's first sequence number exactly when that
-        producer is the one on probation.
-        """
-        count_failure(w, err, msg)
+    def _on_failed_delivery(self, generation: int, err: KafkaError) -> None:
+        """Judge the configuration on probation by a failed delivery (see :class:`DeliveryReports`)."""
         if self._reconfiguration.probation is not None:
             self._reconfiguration.on_failure(generation, err)
 
-    def _count_report(self, err: KafkaError | None, msg: Message) -> None:
-        """Count a report of a message produced without a callback of ours (none are): delivered ones only.
-
-        A failed report carries no timestamp (librdkafka gives -1), so it cannot be placed in a window;
-        produce() passes every message a window's own callback (:meth:`_counter`) instead.
-        """
-        ts = msg.timestamp()[1]
-        w = self._windows.get((msg.topic(), ts - ts % self._window_ms))
-        if err is None and w is not None:
-            w[_ACKED] += 1
-            w[_DIRTY] = 1
-
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        """Count a report without our callback, pass it on (the inner producers' config ``on_delivery``)."""
-        self._count_report(err, msg)
-        if self._user_dr is not None:
-            self._user_dr(err, msg)
-
-    def _stats_callback(self, token: object) -> Callable[[str], None]:
-        """Return the ``stats_cb`` of one inner producer: only the active one's statistics count."""
-
-        def on_stats(stats_json: str) -> None:
-            if token is self._stats_token:
-                self._on_stats(stats_json)
-
-        return on_stats
-
-    def _on_stats(self, stats_json: str) -> None:
-        self._leaders.observe(partition_leaders(stats_json), now_ms())
-        network = parse_statistics(stats_json, self._tcp.sample(), self._tcp.timeout_pct)
-        retries, timeouts, errors = self._network_base  # cumulative across inner producers
-        network.tx_retries += retries
-        network.request_timeouts += timeouts
-        network.tx_errors += errors
-        self._network = network
-        self._network_history.add(now_ms(), network)
-        if self._user_stats_cb is not None:
-            self._user_stats_cb(stats_json)
-
-    # ------------------------------------------------------------------ the audit topic check
-    def _start_check(self, now: int) -> None:
-        """Start :meth:`check` in a background thread unless one runs, failed unreported, or failed lately."""
-        running = self._check_thread is not None and self._check_thread.is_alive()
-        if running or self._check_error is not None or now < self._check_retry_ms:
-            return
-        self._check_thread = threading.Thread(
-            target=self._background_check, name=f"{self.client_id}.audit-topic-check", daemon=True
-        )
-        self._check_thread.start()
-
-    def _background_check(self) -> None:
-        try:
-            self.check()
-        except Exception as exc:  # handed to the caller's thread by poll/flush
-            self._check_retry_ms = now_ms() + _CHECK_RETRY_MS
-            self._check_error = exc
-            log.warning("audit topic %r not ready: %s", self.settings.audit_topic, exc)
-
-    def _raise_check_error(self) -> None:
-        exc, self._check_error = self._check_error, None
-        if exc is not None:
-            raise exc
-
     # ------------------------------------------------------------------ snapshots
-    def _settled(self, w: list[Any], now: int, held: int) -> bool:
-        if not self._errors_only:
-            return w[_ACKED] + w[_FAILED] >= w[_SENT]
-        timeout = max(self.reliability.message_timeout_ms, self._draining.max_message_timeout_ms())
-        return held == 0 or now - w[_LAST_PRODUCE_MS] > timeout + _SETTLE_MARGIN_MS
-
     def _due(self, now: int) -> None:
         """Run what is due at ``now`` (ms): configuration changes, then snapshots (from produce/poll)."""
         if now >= self._next_reconfigure_ms:
@@ -725,75 +574,28 @@ class AuditedProducer:
         self._producer.poll(0)
         if self._draining:
             self._draining.poll()
-        if not self._checked:  # no snapshot before the audit topic is known to be there
+        if not self._audit_topic.checked:  # no snapshot before the audit topic is known to be there
             if self._windows and not close_all:  # close() checks itself, synchronously
-                self._start_check(now)
+                self._audit_topic.start_check(now, self.check)
             self._next_snapshot_ms = now + min(_CHECK_POLL_MS, self.settings.snapshot_interval_ms)
             self._next_tick_ms = min(self._next_snapshot_ms, self._next_reconfigure_ms)
             return
-        held = len(self)
-        view: tuple[list[TcpSocket], Mark] | None = None  # the socket table and its mark, once per tick
-        for (topic, start), w in list(self._windows.items()):
-            end = start + self._window_ms
-            settled = self._settled(w, now, held)
-            if settled and self._tcp_drain.backlog is not None and not close_all:
-                if view is None:
-                    view = self._tcp_drain.view()
-                settled = self._tcp_drain.drained((topic, start), w, now, *view)
-            closing = close_all or (now >= end + self.settings.grace_ms and settled)
-            if not (w[_DIRTY] or closing):
-                continue
-            if self._errors_only:
-                in_flight = 0 if settled else held
-                w[_ACKED] = max(0, w[_SENT] - w[_FAILED] - in_flight)
-            self._emit(topic, start, end, w, final=closing)
-            w[_DIRTY] = 0
-            if closing:
-                del self._windows[(topic, start)]
-                self._tcp_drain.forget((topic, start))
-                if self._hot_w is w:
-                    self._drop_hot(now)
-        if len(self._history) > 1:
-            oldest = min((w[_FIRST_SEQ] for w in self._windows.values()), default=self._seq + 1)
-            self._history.forget_before(oldest)
-        oldest_start = min((start for _, start in self._windows), default=now)
-        self._leaders.forget_before(oldest_start)
-        self._network_history.forget_before(oldest_start)
-        self._audit_producer.poll(0)
-
-    def _emit(self, topic: str, start: int, end: int, w: list[Any], final: bool) -> None:
-        """Send the snapshots of one window (:func:`~audit_producer.window_counts.window_snapshots`)."""
-        for record in window_snapshots(
-            w,
-            client_id=self.client_id,
-            producer_id=self.producer_id,
-            topic=topic,
-            start=start,
-            end=end,
-            final=final,
-            configs=self._history.configs_between(w[_FIRST_SEQ], w[_LAST_SEQ]),
-            network=self._network_history.during(start, end) or self._network,
-            in_flight_bytes=self._tcp_drain.in_flight_bytes((topic, start)),
-            partitions=partition_deliveries(w, self._leaders, topic, start, end),
+        timeout_ms = max(self.reliability.message_timeout_ms, self._draining.max_message_timeout_ms())
+        for w in self._snapshots.emit_due(
+            now, len(self), close_all=close_all, timeout_ms=timeout_ms, next_sequence=self._seq + 1
         ):
-            self._send(record)
+            if self._hot_w is w:
+                self._drop_hot(now)
 
-    def _send(self, record: AuditRecord) -> None:
-        self._audit_producer.produce(
-            self.settings.audit_topic,
-            encode(record),
-            record.key().encode(),
-            timestamp=record.emitted_at_ms,
-            on_delivery=self._on_audit_delivery,
-        )
-        self.snapshots_sent += 1
+    @property
+    def snapshots_sent(self) -> int:
+        """Snapshots handed to the audit topic's internal producer so far."""
+        return self._audit_topic.snapshots_sent
 
-    def _on_audit_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            self.audit_delivery_failures += 1
-            log.warning(
-                "audit snapshot for %s not delivered: %s (the next snapshot heals it)", msg.key(), err
-            )
+    @property
+    def audit_delivery_failures(self) -> int:
+        """Snapshots whose delivery to the audit topic failed so far (the window's next snapshot heals it)."""
+        return self._audit_topic.delivery_failures
 
     # ------------------------------------------------------------------ autotune (LiveReconfiguration)
     @property
@@ -833,7 +635,8 @@ class AuditedProducer:
         """Report that the application now polls every ``poll_interval_ms`` ms (the paper's delta).
 
         Snapshots report it with the configuration from the next message on; a window that ran with
-        two polling intervals ran with two configurations (see :meth:`_emit`).
+        two polling intervals ran with two configurations (see
+        :meth:`~audit_producer.snapshot_emitter.SnapshotEmitter.emit`).
         """
         if poll_interval_ms == self.reliability.poll_interval_ms:
             return
@@ -863,9 +666,7 @@ class AuditedProducer:
         self._generation = self._seq + 1
         self._producer, self._produce = producer, producer.produce
         self.reliability = reliability
-        network = self._network
-        self._network_base = (network.tx_retries, network.request_timeouts, network.tx_errors)
-        self._stats_token = token
+        self._statistics.switch(token)
 
 
 def _forward(name: str) -> Callable[..., Any]:

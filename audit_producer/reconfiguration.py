@@ -120,7 +120,7 @@ class LiveReconfiguration:
                 group=p.group,
                 control_topic=p.settings.control_topic,
                 dlq_topic=p.settings.dlq_topic,
-                dead_letters=p._audit_producer,
+                dead_letters=p._audit_topic.producer,
                 build=self.build_candidate,
                 offer=self.offer,
                 reject=self.follower_rejected,
@@ -139,7 +139,7 @@ class LiveReconfiguration:
         p = self._owner
         config = inner_config(p._base_config, record)
         candidate = Candidate(record, config, reliability_config(config, p.reliability.poll_interval_ms))
-        config["stats_cb"] = p._stats_callback(candidate.token)
+        config["stats_cb"] = p._statistics.callback(candidate.token)
         return candidate
 
     def offer(self, candidate: Candidate) -> None:
@@ -236,7 +236,7 @@ class LiveReconfiguration:
         if candidate.producer is not None:
             if self.probation is not None:
                 self._end_probation()  # a newer configuration: the one on probation is the base now
-            self._previous = (p._producer, p.reliability, self.version, self._hints, p._stats_token)
+            self._previous = (p._producer, p.reliability, self.version, self._hints, p._statistics.token)
             self.swap(candidate.producer, candidate.reliability, candidate.token, now, pinned=True)
             self.probation = Probation(
                 p.last_sequence + 1,

@@ -56,7 +56,7 @@ from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
 
-import audit_producer.producer as producer_module
+import audit_producer.audit_topic_writer as audit_topic_writer_module
 from audit_producer import AuditedProducer, ProducerAuditSettings
 from audit_producer.workloads import message_pool
 from audit_record.stamp import STAMP_HEADER, encode_prefix, new_producer_id
@@ -369,7 +369,7 @@ def main() -> None:
     json_bytes = statistics.mean(len(json.dumps(r).encode()) for r in RECORDS)
     console.print(f"JSON web-log records: {len(RECORDS):,}, {json_bytes:.0f} bytes on average")
     if args.no_broker:
-        producer_module.ensure_topic = lambda *a, **k: None  # no broker: the audit topic check is skipped
+        audit_topic_writer_module.ensure_topic = lambda *a, **k: None  # no broker: no audit topic check
         with quiet_stderr():
             results = rounds(args.repeats, counts, lambda w, name, n: run_offline(name, w, n), console)
     else:

@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+import audit_producer.audit_topic_writer as audit_topic_writer_module
 import audit_producer.autotune as autotune_module
 import audit_producer.load as load_module
-import audit_producer.producer as producer_module
 import audit_producer.reconfiguration as reconfiguration_module
 from audit_producer import AuditedProducer, ProducerAuditSettings
 from audit_producer.autotune import Candidate, ControlFollower, inner_config
@@ -148,7 +148,7 @@ def config(version: int) -> ProducerConfig:
 
 @pytest.fixture
 def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(producer_module, "ensure_topic", lambda *a, **k: None)
+    monkeypatch.setattr(audit_topic_writer_module, "ensure_topic", lambda *a, **k: None)
     monkeypatch.setattr(autotune_module, "ensure_topic", lambda *a, **k: None)
 
 
@@ -167,10 +167,10 @@ def audited(delivery_reports: str = "all", **kw: Any) -> tuple[AuditedProducer, 
         **kw,
     )
     p._producer.close()
-    p._audit_producer.close()
+    p._audit_topic.producer.close()
     data, snapshots = FakeInner(p._base_config), Snapshots()
-    p._producer, p._produce, p._audit_producer = data, data.produce, snapshots
-    p._checked = True
+    p._producer, p._produce, p._audit_topic.producer = data, data.produce, snapshots
+    p._audit_topic.checked = True
     p._next_snapshot_ms = p._next_tick_ms = 1 << 62  # snapshots only when the test ticks
     return p, data, snapshots
 
@@ -341,7 +341,7 @@ def test_swap_sends_new_messages_to_the_new_producer_and_counts_both_exactly(no_
         "linger.ms": 50.0,
         "message.timeout.ms": 20_000,
     }
-    assert new.config["acks"] == "1" and new.config["on_delivery"] == p._on_delivery
+    assert new.config["acks"] == "1" and new.config["on_delivery"] == p._reports.on_delivery
     assert events[-1]["kind"] == "applied" and events[-1]["from"] == before
     assert events[-1]["to"] == p.current_config and events[-1]["version"] == 1
     assert hints == [{"poll_interval_ms": 2.0, "producers": None}] and p.hints == hints[0]

@@ -22,6 +22,7 @@ from confluent_kafka import KafkaError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import audit_producer.audit_topic_writer as audit_topic_writer_module
 import audit_producer.producer as producer_module
 from audit_consumer import counts
 from audit_consumer.counts import PartitionCounts, count_batch
@@ -247,9 +248,9 @@ def audited(
     """An AuditedProducer whose librdkafka clients are fakes (the real ones are closed at once)."""
     p = AuditedProducer({"bootstrap.servers": "127.0.0.1:9", "log_level": 0, "client.id": client_id}, audit)
     p._producer.close()
-    p._audit_producer.close()
+    p._audit_topic.producer.close()
     data, snapshots = FakeProducer(audit.delivery_reports == "errors"), FakeProducer(keep=False)
-    p._producer, p._produce, p._audit_producer = data, data.produce, snapshots
+    p._producer, p._produce, p._audit_topic.producer = data, data.produce, snapshots
     return p, data, snapshots
 
 
@@ -273,7 +274,7 @@ def test_producer_stamps_windows_and_counts_agree_with_the_reference(
     audit = ProducerAuditSettings(window_ms=window_ms, snapshot_interval_ms=10**9, grace_ms=10**9)
     gate = threading.Event()  # the background audit topic check runs until the end: no snapshot ticks
     with mock.patch.object(
-        producer_module, "ensure_topic", side_effect=lambda *a, **k: gate.wait(10)
+        audit_topic_writer_module, "ensure_topic", side_effect=lambda *a, **k: gate.wait(10)
     ) as ensure:
         p, data, snapshots = audited(audit, client_id)
         p._seq = first_seq - 1  # as if first_seq - 1 messages had been produced before
@@ -314,8 +315,8 @@ def test_producer_stamps_windows_and_counts_agree_with_the_reference(
             assert (w[1], w[2]) == (acked[key], failed[key])
         assert snapshots.produced == []  # none before the audit topic check has succeeded
         gate.set()
-        if p._check_thread is not None:
-            p._check_thread.join(10)
+        if p._audit_topic.check_thread is not None:
+            p._audit_topic.check_thread.join(10)
         assert ensure.call_count == (1 if calls else 0)
         p._windows.clear()  # nothing to send on close
         data.pending.clear()
@@ -382,7 +383,7 @@ def test_hot_path_counts_equal_counting_each_message_at_once(
     with (
         mock.patch.object(producer_module, "_time_ns", clock.time_ns),
         mock.patch.object(producer_module, "now_ms", clock.now_ms),
-        mock.patch.object(producer_module, "ensure_topic", lambda *a, **k: None),
+        mock.patch.object(audit_topic_writer_module, "ensure_topic", lambda *a, **k: None),
     ):
         p, data, snapshots = audited(audit)
         p.check()

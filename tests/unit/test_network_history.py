@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-import audit_producer.producer as producer_module
+import audit_producer.client_statistics as client_statistics_module
 from audit_producer import AuditedProducer, ProducerAuditSettings
+from audit_producer.audit_topic_writer import AuditTopicWriter
 from audit_producer.network_history import NetworkHistory
 from audit_record import AuditRecord, NetworkStats
 
@@ -73,9 +74,9 @@ def _statistics(rtt_ms: float) -> str:
 def test_a_final_snapshot_sent_after_a_network_change_describes_its_own_window(monkeypatch):
     """The stage after the window (RTT 400 ms) must not leak into the window's final snapshot (RTT 20 ms)."""
     clock = {"now": 0}
-    monkeypatch.setattr(producer_module, "now_ms", lambda: clock["now"])
+    monkeypatch.setattr(client_statistics_module, "now_ms", lambda: clock["now"])
     sent: list[AuditRecord] = []
-    monkeypatch.setattr(AuditedProducer, "_send", lambda self, record: sent.append(record))
+    monkeypatch.setattr(AuditTopicWriter, "send", lambda self, record: sent.append(record))
     p = AuditedProducer(
         {"bootstrap.servers": "127.0.0.1:9", "statistics.interval.ms": 1_000},
         audit=ProducerAuditSettings(window_ms=10_000),
@@ -83,12 +84,12 @@ def test_a_final_snapshot_sent_after_a_network_change_describes_its_own_window(m
     try:
         for t in range(1_000, 31_000, 1_000):  # the window [10 s, 20 s) ran at 20 ms, what came after at 400
             clock["now"] = t
-            p._on_stats(_statistics(20 if t <= 20_000 else 400))
+            p._statistics.observe(_statistics(20 if t <= 20_000 else 400))
         window: list[Any] = [5, 5, 0, 500, 1, 5, 10_000, 0, None, None, None, {}, {}]
-        p._emit("t", 10_000, 20_000, window, final=True)
+        p._snapshots.emit("t", 10_000, 20_000, window, final=True)
         [record] = sent
         assert record.network is not None and record.network.rtt_avg_ms == 20
-        assert p._network.rtt_avg_ms == 400  # the newest sample, which the snapshot used to carry
+        assert p._statistics.latest.rtt_avg_ms == 400  # the newest sample, which the snapshot used to carry
     finally:
         p._producer.flush(0)
 

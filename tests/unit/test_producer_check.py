@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import audit_producer.producer as producer_module
+import audit_producer.audit_topic_writer as audit_topic_writer_module
 from audit_producer import AuditedProducer, ProducerAuditSettings
 from audit_producer.load import run_load
 from audit_record import decode
@@ -69,16 +69,16 @@ class Recorder:
 
 def with_fakes(p: AuditedProducer) -> tuple[FakeProducer, FakeProducer]:
     p._producer.close()
-    p._audit_producer.close()
+    p._audit_topic.producer.close()
     data, snapshots = FakeProducer(), FakeProducer()
-    p._producer, p._produce, p._audit_producer = data, data.produce, snapshots
+    p._producer, p._produce, p._audit_topic.producer = data, data.produce, snapshots
     return data, snapshots
 
 
 def join_check(p: AuditedProducer) -> None:
-    assert p._check_thread is not None, "the first produce should start the audit topic check"
-    p._check_thread.join(10)
-    assert not p._check_thread.is_alive()
+    assert p._audit_topic.check_thread is not None, "the first produce should start the audit topic check"
+    p._audit_topic.check_thread.join(10)
+    assert not p._audit_topic.check_thread.is_alive()
 
 
 def test_the_constructor_does_no_network_io(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -87,13 +87,13 @@ def test_the_constructor_does_no_network_io(monkeypatch: pytest.MonkeyPatch) -> 
     p = AuditedProducer({"bootstrap.servers": UNREACHABLE, "log_level": 0}, ProducerAuditSettings())
     elapsed = time.monotonic() - t0
     p.close()  # nothing produced: no check, no admin client here either
-    assert p._check_thread is None
+    assert p._audit_topic.check_thread is None
     assert elapsed < 2.0, f"the constructor took {elapsed:.1f} s"
 
 
 def test_check_creates_the_audit_topic_once(monkeypatch: pytest.MonkeyPatch) -> None:
     ensure = Recorder()
-    monkeypatch.setattr(producer_module, "ensure_topic", ensure)
+    monkeypatch.setattr(audit_topic_writer_module, "ensure_topic", ensure)
     p = AuditedProducer({"bootstrap.servers": UNREACHABLE}, ProducerAuditSettings(audit_topic="audit.t"))
     assert ensure.calls == []
     p.check(timeout_s=7)
@@ -107,7 +107,7 @@ def test_check_creates_the_audit_topic_once(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_check_raises_bad_credentials_and_tries_again_next_time(monkeypatch: pytest.MonkeyPatch) -> None:
     ensure = Recorder(KafkaAuthenticationError(WRONG))
-    monkeypatch.setattr(producer_module, "ensure_topic", ensure)
+    monkeypatch.setattr(audit_topic_writer_module, "ensure_topic", ensure)
     p = AuditedProducer({"bootstrap.servers": UNREACHABLE}, ProducerAuditSettings())
     for _ in range(2):
         with pytest.raises(KafkaAuthenticationError, match="invalid credentials"):
@@ -119,7 +119,7 @@ def test_check_raises_bad_credentials_and_tries_again_next_time(monkeypatch: pyt
 def test_without_check_the_first_produce_checks_in_the_background(monkeypatch: pytest.MonkeyPatch) -> None:
     gate = threading.Event()
     ensure = Recorder(gate=gate)
-    monkeypatch.setattr(producer_module, "ensure_topic", ensure)
+    monkeypatch.setattr(audit_topic_writer_module, "ensure_topic", ensure)
     p = AuditedProducer({"bootstrap.servers": UNREACHABLE}, ProducerAuditSettings(audit_topic="audit.t"))
     data, snapshots = with_fakes(p)
     t0 = time.monotonic()
@@ -141,7 +141,7 @@ def test_without_check_the_first_produce_checks_in_the_background(monkeypatch: p
 
 def test_a_failed_background_check_is_raised_by_poll_and_close(monkeypatch: pytest.MonkeyPatch) -> None:
     ensure = Recorder(KafkaAuthenticationError(WRONG))
-    monkeypatch.setattr(producer_module, "ensure_topic", ensure)
+    monkeypatch.setattr(audit_topic_writer_module, "ensure_topic", ensure)
     p = AuditedProducer({"bootstrap.servers": UNREACHABLE}, ProducerAuditSettings())
     data, snapshots = with_fakes(p)
     p.produce("t", b"abc")  # does not raise: the check runs in the background
@@ -160,7 +160,7 @@ def test_run_load_and_the_produce_command_fail_fast_on_bad_credentials(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     ensure = Recorder(KafkaAuthenticationError(WRONG))
-    monkeypatch.setattr(producer_module, "ensure_topic", ensure)
+    monkeypatch.setattr(audit_topic_writer_module, "ensure_topic", ensure)
     progress: list[int] = []
     with pytest.raises(KafkaAuthenticationError, match="invalid credentials"):
         run_load({"bootstrap.servers": UNREACHABLE}, "t", count=10, rate=0, progress=progress.append)

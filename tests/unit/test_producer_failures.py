@@ -24,10 +24,10 @@ def audited(message_timeout_ms: int) -> tuple[AuditedProducer, FakeProducer]:
         {"bootstrap.servers": UNREACHABLE, "log_level": 0, "message.timeout.ms": message_timeout_ms},
         ProducerAuditSettings(audit_topic="t.audit"),
     )
-    p._audit_producer.close()
+    p._audit_topic.producer.close()
     sink = FakeProducer()
-    p._audit_producer = sink  # the snapshots are what is checked; the data producer stays librdkafka's
-    p._checked = True  # no audit topic check: there is no cluster
+    p._audit_topic.producer = sink  # the snapshots are what is checked; the data producer stays librdkafka's
+    p._audit_topic.checked = True  # no audit topic check: there is no cluster
     return p, sink
 
 

@@ -29,18 +29,12 @@ class FakeBacklog:
         self.closed = True
 
 
-class Capturing(AuditedProducer):
-    """Keeps the snapshots it would send."""
-
-    def _send(self, record: AuditRecord) -> None:
-        self.__dict__.setdefault("captured", []).append(record)
-
-
 def _producer(drain_wait_ms: int) -> tuple[AuditedProducer, list[AuditRecord], FakeBacklog]:
     settings = ProducerAuditSettings(window_ms=1_000, grace_ms=0, tcp_drain_wait_ms=drain_wait_ms)
-    p = Capturing({"bootstrap.servers": "127.0.0.1:9", "client.id": "drain"}, settings)
-    sent: list[AuditRecord] = p.__dict__.setdefault("captured", [])
-    p._checked = True
+    p = AuditedProducer({"bootstrap.servers": "127.0.0.1:9", "client.id": "drain"}, settings)
+    sent: list[AuditRecord] = []
+    p._audit_topic.send = sent.append  # type: ignore[method-assign]  # keep the snapshots it would send
+    p._audit_topic.checked = True
     backlog = FakeBacklog()
     p._tcp_drain.backlog = backlog  # type: ignore[assignment]
     t = now_ms() - 5_000
@@ -88,9 +82,10 @@ def test_the_wait_is_bounded():
 
 def test_without_the_socket_table_nothing_waits_and_snapshots_say_so():
     settings = ProducerAuditSettings(window_ms=1_000, grace_ms=0, tcp_drain_wait_ms=0)
-    p = Capturing({"bootstrap.servers": "127.0.0.1:9", "client.id": "nodrain"}, settings)
-    sent: list[AuditRecord] = p.__dict__.setdefault("captured", [])
-    p._checked = True
+    p = AuditedProducer({"bootstrap.servers": "127.0.0.1:9", "client.id": "nodrain"}, settings)
+    sent: list[AuditRecord] = []
+    p._audit_topic.send = sent.append  # type: ignore[method-assign]  # keep the snapshots it would send
+    p._audit_topic.checked = True
     try:
         assert p._tcp_drain.backlog is None
         p.produce("orders", b"x", timestamp=now_ms() - 5_000)
