@@ -9,5 +9,6 @@
 * :mod:`dashboards.push`: upload with grafana-client (``kafka-audit dashboards push``).
 * ``prometheus-rules.yml`` (+ ``prometheus-rules.test.yml`` for ``promtool test rules``): the alerts of
   :mod:`alerts` for Prometheus.
-* :mod:`dashboards.report`, :mod:`dashboards.report_data`: ``kafka-audit report`` from the Parquet results.
+* :mod:`dashboards.report` (with :mod:`dashboards.report_figures`, :mod:`dashboards.report_tables`,
+  :mod:`dashboards.report_data`): ``kafka-audit report`` from the Parquet results.
 """

@@ -1,8 +1,9 @@
 """The soak report: HTML and Markdown with plots, from a soak's ``records/`` (``kafka-audit soak report``).
 
-Built with the code of ``kafka-audit report`` (:mod:`dashboards.report`: its tables, plot encoding,
-summary per topic and tier, completeness heatmap, alerts table; the whole standard report of the soak's
-window results is written beside it as ``windows.html``), plus the soak's own sections: the acceptance
+Built with the code of ``kafka-audit report`` (:mod:`dashboards.report_tables`,
+:mod:`dashboards.report_figures`: its tables, plot encoding, summary per topic and tier, completeness
+heatmap, alerts table; the whole standard report of the soak's window results, :mod:`dashboards.report`,
+is written beside it as ``windows.html``), plus the soak's own sections: the acceptance
 verdict, the chaos timeline, RSS and CPU over time per component, micro-batch durations (p50 / p99)
 and the audit lag over time, alerts in healthy versus chaos periods, RSS growth per component, and the
 windows that differ from the verifier. The Markdown file (``soak.md``) has the same numbers and refers
@@ -21,8 +22,10 @@ from typing import Any
 
 import pandas as pd
 
-from dashboards import report as std
+from dashboards.report import render
 from dashboards.report_data import load_alerts, load_results
+from dashboards.report_figures import heatmap, img_tag
+from dashboards.report_tables import html_table, summary_table
 from soak.recorder import read_jsonl
 
 MIB = 1024 * 1024
@@ -135,7 +138,7 @@ def _save(fig: Any, out_dir: Path, name: str) -> tuple[str, str]:
     """Write ``name.png`` and return (HTML ``<img>``, Markdown image)."""
     path = out_dir / f"{name}.png"
     fig.savefig(path, format="png", dpi=90, bbox_inches="tight")
-    return std._img(fig, name), f"![{name}]({path.name})"
+    return img_tag(fig, name), f"![{name}]({path.name})"
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
@@ -221,7 +224,7 @@ def sections(summary: dict[str, Any], records: Path, out_dir: Path) -> list[tupl
     out.append(
         (
             "Verdict",
-            f"<p>{html.escape(load)}</p>" + std._table(header, crit),
+            f"<p>{html.escape(load)}</p>" + html_table(header, crit),
             load + "\n\n" + _md_table(header, crit),
         )
     )
@@ -239,7 +242,7 @@ def sections(summary: dict[str, Any], records: Path, out_dir: Path) -> list[tupl
         for e in chaos
     ]
     header = ["event", "minute", "start (UTC)", "until back, s", "late, s", "detail"]
-    out.append(("Chaos timeline", img_h + std._table(header, rows), img_m + "\n\n" + _md_table(header, rows)))
+    out.append(("Chaos timeline", img_h + html_table(header, rows), img_m + "\n\n" + _md_table(header, rows)))
 
     rss_h, rss_m = _save(rss_plot(samples, chaos, start), out_dir, "rss")
     cpu_h, cpu_m = _save(rss_plot(samples, chaos, start, "cpu_pct"), out_dir, "cpu")
@@ -264,7 +267,7 @@ def sections(summary: dict[str, Any], records: Path, out_dir: Path) -> list[tupl
     out.append(
         (
             "Memory and CPU per component",
-            rss_h + cpu_h + f"<p>{note}</p>" + std._table(header, rows),
+            rss_h + cpu_h + f"<p>{note}</p>" + html_table(header, rows),
             rss_m + "\n\n" + cpu_m + "\n\n" + note + "\n\n" + _md_table(header, rows),
         )
     )
@@ -286,7 +289,7 @@ def sections(summary: dict[str, Any], records: Path, out_dir: Path) -> list[tupl
     ]
     header = ["alert", "topic", "tier", "source", "minute", "period"]
     text = f"{v['chaos_alerts']} alert(s) in chaos periods, {v['false_alerts']} in healthy periods."
-    body_h = f"<p>{text}</p>" + (std._table(header, rows) if rows else "")
+    body_h = f"<p>{text}</p>" + (html_table(header, rows) if rows else "")
     body_m = text + ("\n\n" + _md_table(header, rows) if rows else "")
     out.append(("Alerts: healthy versus chaos periods", body_h, body_m))
 
@@ -309,7 +312,7 @@ def sections(summary: dict[str, Any], records: Path, out_dir: Path) -> list[tupl
     out.append(
         (
             "Windows against the verifier",
-            f"<p>{text}</p>" + (std._table(header, rows) if rows else ""),
+            f"<p>{text}</p>" + (html_table(header, rows) if rows else ""),
             text + ("\n\n" + _md_table(header, rows) if rows else ""),
         )
     )
@@ -333,11 +336,11 @@ def write_reports(data_dir: Path, out_dir: Path) -> tuple[Path, Path]:
     now = datetime.now(UTC)
     results = load_results(data_dir / "spark" / "results")
     alerts = load_alerts(records / "alerts.jsonl")
-    (out_dir / "windows.html").write_text(std.render(results, alerts, None, now))
+    (out_dir / "windows.html").write_text(render(results, alerts, None, now))
     parts = sections(summary, records, out_dir)
     if not results.empty:
-        parts.append(("Summary per topic and tier (kafka-audit report)", std.summary_table(results), ""))
-        parts.append(("Completeness (topic x window)", std.heatmap(results), ""))
+        parts.append(("Summary per topic and tier (kafka-audit report)", summary_table(results), ""))
+        parts.append(("Completeness (topic x window)", heatmap(results), ""))
     started = datetime.fromtimestamp(summary["load_started_ms"] / 1000, UTC)
     title = f"kafka-audit soak {started:%Y-%m-%d %H:%M} UTC"
     body = "".join(f"<h2>{html.escape(t)}</h2>\n{h}\n" for t, h, _ in parts)

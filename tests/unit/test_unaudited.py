@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from alerts import AlertEngine, AlertSettings, AlertStatus
 from alerts.event import AUDIT_LAG, UNAUDITED_TRAFFIC
-from dashboards.report import render, summary_table, unaudited_table
+from dashboards.report import render
+from dashboards.report_tables import summary_table, unaudited_table
 from kafka_audit import instances
 from kafka_audit.cli import app
 from kafka_audit.results_table import results_table
