@@ -28,18 +28,15 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from alerts.audit_lag_rule import AuditLagRule
+from alerts.delivery_rules import CompletenessRule
 from alerts.event import AlertEvent, AlertStatus, Severity
-from alerts.rules import (
-    TOPIC_AUDITED,
-    AuditLagRule,
-    CompletenessRule,
-    Observation,
-    WindowRule,
-    audit_lag_rule,
-    window_rules,
-)
+from alerts.observation import Observation
+from alerts.rules import audit_lag_rule, window_rules
 from alerts.settings import AlertSettings
 from alerts.state_machine import AlertState, AlertStateMachine, Transition
+from alerts.unaudited_rules import TOPIC_AUDITED
+from alerts.window_rule import WindowRule
 
 log = logging.getLogger(__name__)
 
@@ -247,11 +244,11 @@ class AlertEngine:
         ahead -= {s for s in ahead if s <= self._last_final[key]}
 
     def _with_audited(self, key: tuple[str, str], row: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Return ``row`` with :data:`alerts.rules.TOPIC_AUDITED`: the (topic, tier) has audited producers.
+        """Return ``row`` with :data:`alerts.unaudited_rules.TOPIC_AUDITED`: its (topic, tier) is audited.
 
-        True if this window has some (``producers`` > 0) or a final window of the (topic, tier) that
-        ended at most ``audited_producers_memory_ms`` before this one started had some (a kcat burst in
-        a window of its own still belongs to an audited topic).
+        The (topic, tier) has audited producers: true if this window has some (``producers`` > 0) or a
+        final window of the (topic, tier) that ended at most ``audited_producers_memory_ms`` before this
+        one started had some (a kcat burst in a window of its own still belongs to an audited topic).
         """
         if (row.get("producers") or 0) > 0:
             self._audited_end[key] = max(self._audited_end.get(key, -1), int(row["window_end_ms"]))
@@ -264,10 +261,10 @@ class AlertEngine:
     def _judge_lagging(self, now_ms: int) -> list[AlertEvent]:
         """Judge downstream tiers' open windows whose allowed lag has passed (once per window).
 
-        :meth:`alerts.rules.CompletenessRule.evaluate_lagging` on the newest provisional row of each: a
-        bad one is an observation of the completeness alert of its (topic, tier); one that caught up in
-        time is left to its final window. Pending rows are not kept across a restart (``to_state``
-        keeps only which windows were judged).
+        :meth:`alerts.delivery_rules.CompletenessRule.evaluate_lagging` on the newest provisional row of
+        each: a bad one is an observation of the completeness alert of its (topic, tier); one that caught
+        up in time is left to its final window. Pending rows are not kept across a restart
+        (``to_state`` keeps only which windows were judged).
         """
         rule = next((r for r in self.window_rules if isinstance(r, CompletenessRule)), None)
         if rule is None or rule.tier_lag_ms is None:
