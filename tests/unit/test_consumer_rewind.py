@@ -3,7 +3,7 @@
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from audit_consumer.consumer import AuditConsumerError, committed_offsets
+from audit_consumer.transaction_recovery import AuditConsumerError, committed_offsets
 
 
 class _SlowCoordinator:

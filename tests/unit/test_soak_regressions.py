@@ -71,8 +71,8 @@ def test_a_fenced_producer_takes_its_transactional_id_back_and_rewinds(tmp_path,
     import pytest
     from confluent_kafka import KafkaError, KafkaException
 
-    from audit_consumer import consumer as module
-    from audit_consumer.consumer import FENCED_RECOVERIES, AuditConsumerError
+    from audit_consumer import transaction_recovery as module
+    from audit_consumer.transaction_recovery import FENCED_RECOVERIES, AuditConsumerError
 
     c = _consumer(tmp_path)
     calls: list[str] = []
@@ -139,9 +139,9 @@ def test_a_fatal_consumer_error_replaces_the_consumer_and_rewinds(tmp_path, monk
     import pytest
     from confluent_kafka import KafkaError
 
-    from audit_consumer import consumer as module
-    from audit_consumer.consumer import FENCED_RECOVERIES, AuditConsumerError
+    from audit_consumer import transaction_recovery as module
     from audit_consumer.counts import PartitionCounts
+    from audit_consumer.transaction_recovery import FENCED_RECOVERIES, AuditConsumerError
 
     c = _consumer(tmp_path)
     fenced = KafkaError(
