@@ -29,22 +29,24 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections import Counter
 from collections.abc import Callable, Mapping
-from struct import Struct
 from time import time_ns as _time_ns
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from audit_producer.application_callbacks import take_application_callbacks
 from audit_producer.audit_topic_writer import AuditTopicWriter, close_client
 from audit_producer.client_statistics import ClientStatistics
 from audit_producer.delivery_reports import DeliveryReports
-from audit_producer.librdkafka_config import controlled_properties, reliability_config
+from audit_producer.inner_forwarding import InnerProducerMethods
+from audit_producer.librdkafka_config import reliability_config
 from audit_producer.network_stats import TcpRetransmitMeter
+from audit_producer.producer_status import ProducerStatus
 from audit_producer.reconfiguration import LiveReconfiguration
 from audit_producer.settings import ProducerAuditSettings
 from audit_producer.snapshot_emitter import SnapshotEmitter
+from audit_producer.stamp_packer import stamp_packer
 from audit_producer.tcp_backlog import open_backlog
 from audit_producer.tcp_drain import TcpDrainWait
 from audit_producer.window_counts import BYTES as _BYTES
@@ -59,13 +61,7 @@ from audit_producer.window_counts import (
     new_window,
 )
 from audit_record import ProducerConfig, now_ms
-from audit_record.stamp import (
-    SEQUENCE_BYTEORDER,
-    SEQUENCE_BYTES,
-    STAMP_HEADER,
-    encode_prefix,
-    new_producer_id,
-)
+from audit_record.stamp import STAMP_HEADER, encode_prefix, new_producer_id
 from kafka_plumbing.errors import ConfigError
 from kafka_plumbing.security import client_config
 from kafka_plumbing.topics import connection_config
@@ -74,15 +70,11 @@ log = logging.getLogger(__name__)
 
 _NO_WINDOW = -(1 << 62)  # the hot window's end when there is none: no clock reading falls before it
 _CHECK_POLL_MS = 100  # while the audit topic check runs, look for its result this often, ms
-_CALLBACK_KEYS = ("on_delivery", "delivery.report.cb", "dr_cb", "dr_msg_cb")
 _RECONFIGURE_TICK_MS = 250  # with autotune: look for a handed-over configuration this often, ms
 _NEVER = 1 << 62  # a tick time that never comes, ms
-if (SEQUENCE_BYTES, SEQUENCE_BYTEORDER) != (8, "big"):  # pragma: no cover - the stamp's definition
-    raise ImportError("the stamp packing below assumes an 8-byte big-endian sequence number")
-_SEQUENCE_FORMAT = "Q"  # struct: unsigned 8 bytes, big-endian with ">"
 
 
-class AuditedProducer:
+class AuditedProducer(ProducerStatus, InnerProducerMethods):
     """A drop-in ``confluent_kafka.Producer`` that audits what it sends.
 
     Same constructor config and methods as ``confluent_kafka.Producer`` (``produce``, ``poll``,
@@ -195,25 +187,25 @@ class AuditedProducer:
         self._autotune = self.settings.autotune if autotune is None else autotune
         if self._autotune and "transactional.id" in cfg:
             raise ConfigError("autotune cannot be combined with transactional.id (allowed: one or the other)")
-        user_stats_cb: Callable[[str], None] | None = cfg.pop("stats_cb", None)
-        user_dr = next((cfg.pop(k) for k in _CALLBACK_KEYS if k in cfg), None)
-        mode = self.settings.delivery_reports
-        if mode == "errors" and user_dr is not None:
-            raise ConfigError(
-                "delivery_reports='errors' cannot be combined with a delivery callback in the config "
-                "(allowed: delivery_reports='all' when you pass on_delivery)"
-            )
-        if mode == "errors":
-            cfg["delivery.report.only.error"] = True
+        # Autotune (docs/DESIGN.md, "Autotuned producer"): swap, probation, rollback and the configuration
+        # history are the reconfiguration's; the history and the draining producers are read here too;
+        # a failed delivery is judged against the configuration on probation.
+        self._reconfiguration = LiveReconfiguration(
+            self, autotune=self._autotune, on_reconfigure=on_reconfigure, on_hints=on_hints
+        )
+        self._history = self._reconfiguration.history
+        self._draining = self._reconfiguration.draining
+
+        # The application's callbacks are called after the audit's have counted
+        app = take_application_callbacks(cfg, self.settings.delivery_reports)
         self._window_ms = self.settings.window_ms
         self._windows: dict[tuple[str, int], list[Any]] = {}
-        self._reports = DeliveryReports(self._windows, self._window_ms, user_dr, self._on_failed_delivery)
-        cfg["on_delivery"] = self._reports.on_delivery
-        cfg.setdefault("statistics.interval.ms", 5_000)
-        # The statistics of the active inner producer: network (D, L) per window, partition leaders
-        self._statistics = ClientStatistics(
-            int(cfg.get("statistics.interval.ms") or 0), TcpRetransmitMeter(), user_stats_cb
+        self._reports = DeliveryReports(
+            self._windows, self._window_ms, app.on_delivery, self._reconfiguration.on_failure
         )
+        cfg["on_delivery"] = self._reports.on_delivery
+        # The statistics of the active inner producer: network (D, L) per window, partition leaders
+        self._statistics = ClientStatistics(app.statistics_interval_ms, TcpRetransmitMeter(), app.stats_cb)
         cfg["stats_cb"] = self._statistics.callback(self._statistics.token)
         self._base_config = dict(cfg)  # what inner producers of other configurations start from
         self._producer = Producer(cfg)
@@ -223,8 +215,7 @@ class AuditedProducer:
         self._audit_topic = AuditTopicWriter(self._conn, self.client_id, self.settings.audit_topic)
 
         self._prefix = encode_prefix(self.producer_id)
-        # audit_record.stamp.encode in one C call: (prefix, sequence) -> prefix + 8-byte big-endian sequence
-        self._stamp = Struct(f">{len(self._prefix)}s{_SEQUENCE_FORMAT}").pack
+        self._stamp = stamp_packer(self._prefix)  # audit_record.stamp.encode in one C call
         self._seq = 0
         # The hot window (see "The hot path" below): the (topic, window) of the last message produced,
         # with the counts not yet added to its list.
@@ -239,20 +230,12 @@ class AuditedProducer:
         self._hot_report: Callable[[KafkaError | None, Message], None] | None = None
         self._generation = 1  # first sequence number of the running inner producer
         self._tick_at = 0
-        self._errors_only = mode == "errors"
+        self._errors_only = self.settings.delivery_reports == "errors"
         self._next_tick_ms = 0  # produce()/poll() call _due() from then on: min of the two below
         self._next_snapshot_ms = 0
         self._next_reconfigure_ms = 0 if self._autotune else _NEVER
         self._closed = False
         self._produce = self._producer.produce
-
-        # Autotune (docs/DESIGN.md, "Autotuned producer"): swap, probation, rollback and the configuration
-        # history are the reconfiguration's; the history and the draining producers are read here too.
-        self._reconfiguration = LiveReconfiguration(
-            self, autotune=self._autotune, on_reconfigure=on_reconfigure, on_hints=on_hints
-        )
-        self._history = self._reconfiguration.history
-        self._draining = self._reconfiguration.draining
 
         # TCP drain (docs/DESIGN.md, invariant 8): per settled window, the mark of every byte written when
         # it settled, when that was (ms) and the bytes still unacknowledged at the last tick.
@@ -436,11 +419,6 @@ class AuditedProducer:
         self._tick_at = ms
         self._hot_hi = ms if ms < self._hot_end else self._hot_end
 
-    @property
-    def last_sequence(self) -> int:
-        """Sequence number stamped on the last message produce() accepted (0 before the first)."""
-        return self._seq
-
     def poll(self, timeout: float = 0) -> int:
         """Serve delivery reports and statistics (``confluent_kafka.Producer.poll``); may emit snapshots.
 
@@ -506,11 +484,6 @@ class AuditedProducer:
         """Return the messages queued or in flight, replaced inner producers included."""
         return len(self._producer) + (self._draining.in_flight() if self._draining else 0)
 
-    if TYPE_CHECKING:  # for type checkers only: at run time the methods below forward (no __getattr__)
-
-        def __getattr__(self, name: str) -> Any:
-            """Any other ``confluent_kafka.Producer`` method, forwarded to the running inner producer."""
-
     def __enter__(self) -> AuditedProducer:
         return self
 
@@ -552,11 +525,6 @@ class AuditedProducer:
             close_client(self._producer)
             self._tcp_drain.close()
 
-    def _on_failed_delivery(self, generation: int, err: KafkaError) -> None:
-        """Judge the configuration on probation by a failed delivery (see :class:`DeliveryReports`)."""
-        if self._reconfiguration.probation is not None:
-            self._reconfiguration.on_failure(generation, err)
-
     # ------------------------------------------------------------------ snapshots
     def _due(self, now: int) -> None:
         """Run what is due at ``now`` (ms): configuration changes, then snapshots (from produce/poll)."""
@@ -587,50 +555,9 @@ class AuditedProducer:
             if self._hot_w is w:
                 self._drop_hot(now)
 
-    @property
-    def snapshots_sent(self) -> int:
-        """Snapshots handed to the audit topic's internal producer so far."""
-        return self._audit_topic.snapshots_sent
-
-    @property
-    def audit_delivery_failures(self) -> int:
-        """Snapshots whose delivery to the audit topic failed so far (the window's next snapshot heals it)."""
-        return self._audit_topic.delivery_failures
-
     # ------------------------------------------------------------------ autotune (LiveReconfiguration)
-    @property
-    def current_config(self) -> dict[str, Any]:
-        """The controlled librdkafka properties now running, canonical names and values.
-
-        ``acks``, ``enable.idempotence``, ``batch.num.messages``, ``linger.ms`` (ms) and
-        ``message.timeout.ms`` (ms, 0 = infinite).
-        """
-        return controlled_properties(self.reliability)
-
-    @property
-    def active_control_version(self) -> int | None:
-        """Version of the control record whose configuration runs; None: the constructor's config."""
-        return self._reconfiguration.version
-
-    @property
-    def hints(self) -> dict[str, Any] | None:
-        """Hints for the application from the control records applied (a copy); None: none given.
-
-        ``poll_interval_ms`` (the polling interval delta, ms) and ``producers`` (producers of the
-        group), each None until a record gives it.
-        """
-        return self._reconfiguration.hints
-
-    @property
-    def config_events(self) -> Counter[str]:
-        """Configuration events so far by kind: ``applied``, ``rejected``, ``rolled_back``."""
-        return self._reconfiguration.config_events
-
-    @property
-    def control_records_dead_lettered(self) -> int:
-        """Malformed control records of this producer's group sent to the dead-letter topic."""
-        return self._reconfiguration.dead_lettered
-
+    # Its read-only status (current_config, active_control_version, hints, config_events,
+    # control_records_dead_lettered) is ProducerStatus's.
     def set_poll_interval(self, poll_interval_ms: float | None) -> None:
         """Report that the application now polls every ``poll_interval_ms`` ms (the paper's delta).
 
@@ -668,25 +595,5 @@ class AuditedProducer:
         self.reliability = reliability
         self._statistics.switch(token)
 
-
-def _forward(name: str) -> Callable[..., Any]:
-    """Return a method that calls ``name`` of the running inner producer (looked up at each call)."""
-
-    def method(self: AuditedProducer, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self._producer, name)(*args, **kwargs)
-
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"``confluent_kafka.Producer.{name}`` of the running inner producer (unaudited)."
-    return method
-
-
-# The rest of confluent_kafka.Producer's methods forward to the inner producer. Not by __getattr__: a class
-# with __getattr__ gets a slot_tp_getattr_hook, and CPython then specialises no attribute access on its
-# instances, so every self._x on the hot path would take the generic lookup (about 1,000 machine
-# instructions per produce() in all, a third of a bare produce).
-for _name in dir(Producer):
-    if not _name.startswith("_") and not hasattr(AuditedProducer, _name):
-        setattr(AuditedProducer, _name, _forward(_name))
-del _name
 
 __all__ = ["AuditedProducer"]
