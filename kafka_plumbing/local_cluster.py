@@ -13,6 +13,11 @@ exporter.
 
 State (ports, PIDs) is kept in ``data_dir/cluster.json`` so ``status`` and ``stop`` work from another
 process. Processes are stopped by PID: SIGTERM (controlled shutdown), then SIGKILL after a timeout.
+
+This module plans, records and runs the cluster; the nodes and listener it is made of are in
+:mod:`kafka_plumbing.cluster_nodes`, their ports in :mod:`kafka_plumbing.cluster_ports`, their
+``server.properties`` in :mod:`kafka_plumbing.broker_properties` and their JVMs in
+:mod:`kafka_plumbing.broker_processes`.
 """
 
 from __future__ import annotations
@@ -21,24 +26,28 @@ import base64
 import dataclasses
 import json
 import logging
-import os
-import signal
-import socket
 import subprocess
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
 
 from pydantic import SecretStr
 
 from kafka_plumbing import jmx_exporter
+from kafka_plumbing.broker_processes import format_storage, launch_broker, signal_stop, stop_process
+from kafka_plumbing.broker_properties import (
+    min_insync_replicas,
+    replication_factor,
+    scram_format_arguments,
+    server_properties,
+)
+from kafka_plumbing.cluster_nodes import SCRAM_MECHANISMS, Node, SaslSslListener
+from kafka_plumbing.cluster_ports import HOST, free_port, plan_ports, port_is_free
 from kafka_plumbing.errors import KafkaAuditError
-from kafka_plumbing.jvm import classpath, java_executable
+from kafka_plumbing.jvm import java_executable
 from kafka_plumbing.processes import pid_alive
 
-HOST = "127.0.0.1"
 #: The Prometheus configuration ``start`` writes into the data directory.
 PROMETHEUS_CONFIG = "prometheus.yml"
 log = logging.getLogger(__name__)
@@ -50,83 +59,6 @@ class ClusterError(KafkaAuditError):
 
 class PortInUseError(ClusterError):
     """A port the cluster needs is taken; choose other ports with ``--base-port``."""
-
-
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that is free right now (the OS picks it)."""
-    return free_ports(1)[0]
-
-
-def free_ports(count: int) -> list[int]:
-    """Return ``count`` distinct TCP ports on 127.0.0.1 that are free right now.
-
-    All are held open until each is known: one :func:`free_port` after another can return the same
-    port twice (the OS hands out a port just released), and a node whose listener and controller got
-    one port fails to format ("two listeners on the same port", seen once in ``make test``).
-    """
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind((HOST, 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-@dataclass
-class Node:
-    """One combined broker + controller.
-
-    Attributes:
-        node_id: KRaft ``node.id`` (1-based).
-        broker_port: PLAINTEXT listener port on 127.0.0.1.
-        controller_port: CONTROLLER listener port on 127.0.0.1.
-        pid: Process id of the JVM, or None when not started.
-        sasl_ssl_port: SASL_SSL listener port on 127.0.0.1, or None without that listener.
-        metrics_port: Port of the node's Prometheus JMX exporter on 127.0.0.1 (None: not planned, as in
-            state written before the exporter existed; ``start`` picks a free one).
-        metrics_enabled: True when the running (or last started) JVM has the exporter agent.
-    """
-
-    node_id: int
-    broker_port: int
-    controller_port: int
-    pid: int | None = None
-    sasl_ssl_port: int | None = None
-    metrics_port: int | None = None
-    metrics_enabled: bool = False
-
-
-_SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
-
-
-@dataclass(frozen=True)
-class SaslSslListener:
-    """An extra client listener with TLS and SASL/SCRAM, next to the PLAINTEXT one.
-
-    Inter-broker and controller traffic stay on PLAINTEXT / CONTROLLER. The broker's key and
-    certificate are read from PEM (Kafka ``ssl.keystore.type=PEM``, KIP-651); SCRAM credentials are
-    stored in the cluster metadata when the storage is formatted (``kafka-storage format --add-scram``).
-
-    Attributes:
-        keystore_location: PEM file with the server's unencrypted PKCS#8 private key followed by its
-            certificate chain (``ssl.keystore.location``); the certificate must name 127.0.0.1 (SAN).
-        mechanisms: ``sasl.enabled.mechanisms``, a subset of SCRAM-SHA-256, SCRAM-SHA-512.
-    """
-
-    keystore_location: Path
-    mechanisms: tuple[str, ...] = _SCRAM_MECHANISMS
 
 
 @dataclass
@@ -195,21 +127,15 @@ class KafkaCluster:
         """
         if brokers not in (1, 3):
             raise ClusterError(f"brokers must be 1 or 3, got {brokers}")
-        if sasl_ssl is not None and not set(sasl_ssl.mechanisms) <= set(_SCRAM_MECHANISMS):
-            raise ClusterError(f"sasl_ssl mechanisms: allowed values are {', '.join(_SCRAM_MECHANISMS)}")
+        if sasl_ssl is not None and not set(sasl_ssl.mechanisms) <= set(SCRAM_MECHANISMS):
+            raise ClusterError(f"sasl_ssl mechanisms: allowed values are {', '.join(SCRAM_MECHANISMS)}")
         for name, password in (scram_users or {}).items():
             if set(',[]="') & set(name + password.get_secret_value()):
                 raise ClusterError(f'SCRAM user {name!r}: name and password must not contain any of ,[]="')
-        nodes = []
-        ports = iter(free_ports(4 * brokers) if base_port is None else ())
-        for i in range(brokers):
-            if base_port is None:
-                nodes.append(Node(i + 1, next(ports), next(ports)))
-            else:
-                nodes.append(Node(i + 1, base_port + 2 * i, base_port + 2 * i + 1))
-            if sasl_ssl is not None:
-                nodes[-1].sasl_ssl_port = next(ports) if base_port is None else base_port + 2 * brokers + i
-            nodes[-1].metrics_port = next(ports) if base_port is None else base_port + 3 * brokers + i
+        nodes = [
+            Node(i, ports.broker, ports.controller, sasl_ssl_port=ports.sasl_ssl, metrics_port=ports.metrics)
+            for i, ports in enumerate(plan_ports(brokers, base_port, sasl_ssl is not None), start=1)
+        ]
         cid = "-"
         while cid.startswith("-"):  # as Kafka's Uuid.randomUuid(): never start with '-' (reads as an option)
             cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -286,12 +212,12 @@ class KafkaCluster:
     @property
     def replication_factor(self) -> int:
         """Replication factor for new topics: 1 on one broker, 3 on three."""
-        return len(self.nodes)
+        return replication_factor(len(self.nodes))
 
     @property
     def min_insync_replicas(self) -> int:
         """``min.insync.replicas``: 1 on one broker, 2 on three."""
-        return 1 if len(self.nodes) == 1 else 2
+        return min_insync_replicas(len(self.nodes))
 
     def running_nodes(self) -> list[Node]:
         """Nodes whose JVM is alive."""
@@ -351,76 +277,10 @@ class KafkaCluster:
         return self.data_dir / f"node-{node.node_id}"
 
     def _properties(self, node: Node) -> str:
-        voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in self.nodes)
-        rf = self.replication_factor
-        props = {
-            "process.roles": "broker,controller",
-            "node.id": node.node_id,
-            "controller.quorum.voters": voters,
-            "listeners": (
-                f"PLAINTEXT://{self.broker_host}:{node.broker_port},CONTROLLER://{HOST}:{node.controller_port}"
-                + (f",SASL_SSL://{HOST}:{node.sasl_ssl_port}" if self.sasl_ssl else "")
-            ),
-            "advertised.listeners": f"PLAINTEXT://{self.broker_host}:{node.broker_port}"
-            + (f",SASL_SSL://{HOST}:{node.sasl_ssl_port}" if self.sasl_ssl else ""),
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
-            + (",SASL_SSL:SASL_SSL" if self.sasl_ssl else ""),
-            "log.dirs": str(self._node_dir(node) / "data"),
-            "num.partitions": 3,
-            "default.replication.factor": rf,
-            "min.insync.replicas": self.min_insync_replicas,
-            "offsets.topic.replication.factor": rf,
-            "offsets.topic.num.partitions": 10,
-            "transaction.state.log.replication.factor": rf,
-            "transaction.state.log.min.isr": self.min_insync_replicas,
-            "transaction.state.log.num.partitions": 10,
-            "group.initial.rebalance.delay.ms": 0,
-            "auto.create.topics.enable": "true",
-            "log.retention.hours": 24,
-            "log.segment.bytes": 256 * 1024 * 1024,
-            "num.network.threads": 2,
-            "num.io.threads": 4,
-        }
-        if self.sasl_ssl is not None:
-            props.update(self._sasl_ssl_properties(self.sasl_ssl))
-        return "".join(f"{k}={v}\n" for k, v in props.items())
-
-    @staticmethod
-    def _sasl_ssl_properties(tls: SaslSslListener) -> dict[str, object]:
-        """Return the SASL_SSL listener's broker properties (Kafka docs: SASL/SCRAM authentication)."""
-        props: dict[str, object] = {"sasl.enabled.mechanisms": ",".join(tls.mechanisms)}
-        for mechanism in tls.mechanisms:
-            props[f"listener.name.sasl_ssl.{mechanism.lower()}.sasl.jaas.config"] = (
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-            )
-        props["ssl.keystore.type"] = "PEM"
-        props["ssl.keystore.location"] = str(tls.keystore_location)
-        return props
-
-    def _java(
-        self,
-        main: str,
-        *args: str,
-        heap_mb: int = 256,
-        javaagent: str | None = None,
-        heap_fixed: bool = False,
-    ) -> list[str]:
-        log4j = resources.files("kafka_plumbing").joinpath("log4j2.properties")
-        return [
-            java_executable(),
-            f"-Xmx{heap_mb}m",
-            *([f"-Xms{heap_mb}m", "-XX:+AlwaysPreTouch"] if heap_fixed else [f"-Xms{min(heap_mb, 256)}m"]),
-            "-XX:+UseG1GC",
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={log4j}",
-            *([javaagent] if javaagent else []),
-            "-cp",
-            classpath("kafka"),
-            main,
-            *args,
-        ]
+        """Return ``node``'s ``server.properties`` text (see :mod:`kafka_plumbing.broker_properties`)."""
+        return server_properties(
+            node, self.nodes, self.broker_host, self._node_dir(node) / "data", self.sasl_ssl
+        )
 
     # ---------------------------------------------------------------- lifecycle
     def start(self, timeout_s: float = 90.0) -> None:
@@ -443,7 +303,7 @@ class KafkaCluster:
                 node.metrics_port = free_port()
             metrics_port = node.metrics_port if agent is not None else None
             for port in (node.broker_port, node.controller_port, node.sasl_ssl_port, metrics_port):
-                if port is not None and not _port_is_free(port):
+                if port is not None and not port_is_free(port):
                     raise PortInUseError(f"port {HOST}:{port} is already in use (node {node.node_id})")
         self._save()
         for node in self.nodes:
@@ -452,19 +312,7 @@ class KafkaCluster:
             props = ndir / "server.properties"
             props.write_text(self._properties(node))
             if not (ndir / "data" / "meta.properties").exists():
-                fmt = subprocess.run(
-                    self._java(
-                        "kafka.tools.StorageTool",
-                        "format",
-                        f"--cluster-id={self.cluster_id}",
-                        "-c",
-                        str(props),
-                        *self._scram_arguments(),
-                    ),
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
+                fmt = format_storage(props, self.cluster_id, self._scram_arguments())
                 if fmt.returncode != 0:
                     out = fmt.stderr or fmt.stdout
                     for password in self.scram_users.values():
@@ -482,14 +330,7 @@ class KafkaCluster:
 
     def _scram_arguments(self) -> list[str]:
         """``--add-scram MECHANISM=[name=...,password=...]`` for every user and SCRAM mechanism."""
-        if self.sasl_ssl is None:
-            return []
-        return [
-            arg
-            for name, password in self.scram_users.items()
-            for mechanism in self.sasl_ssl.mechanisms
-            for arg in ("--add-scram", f"{mechanism}=[name={name},password={password.get_secret_value()}]")
-        ]
+        return scram_format_arguments(self.scram_users, self.sasl_ssl)
 
     def _agent_jar(self) -> Path | None:
         """Return the JMX exporter agent jar to start brokers with; None: metrics off or jar missing."""
@@ -514,20 +355,9 @@ class KafkaCluster:
             if agent is not None and node.metrics_port is not None
             else None
         )
-        with open(ndir / "server.log", "ab") as log_file:
-            proc = subprocess.Popen(
-                self._java(
-                    "kafka.Kafka",
-                    str(ndir / "server.properties"),
-                    heap_mb=self.heap_mb,
-                    javaagent=javaagent,
-                    heap_fixed=self.heap_fixed,
-                ),
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        proc = launch_broker(
+            ndir / "server.properties", ndir / "server.log", self.heap_mb, javaagent, self.heap_fixed
+        )
         node.pid = proc.pid
         node.metrics_enabled = javaagent is not None
         self._procs[proc.pid] = proc
@@ -562,17 +392,7 @@ class KafkaCluster:
         """Stop one node by PID: SIGTERM (or SIGKILL with ``kill``), then SIGKILL after ``timeout_s``."""
         if node.pid is None:
             return
-        pid = node.pid
-        if pid_alive(pid):
-            os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
-            deadline = time.monotonic() + timeout_s
-            while pid_alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        proc = self._procs.pop(pid, None)
-        if proc is not None:  # our child: reap it
-            proc.wait(timeout_s)
+        stop_process(node.pid, timeout_s, kill, child=self._procs.pop(node.pid, None))
         node.pid = None
         self._save()
 
@@ -584,9 +404,9 @@ class KafkaCluster:
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop every node (controlled shutdown), by PID."""
-        for node in self.nodes:
-            if node.pid is not None and pid_alive(node.pid):
-                os.kill(node.pid, signal.SIGTERM)
+        for node in self.nodes:  # SIGTERM to every node first, then wait for each
+            if node.pid is not None:
+                signal_stop(node.pid)
         for node in self.nodes:
             self.stop_node(node, timeout_s)
 

@@ -20,8 +20,9 @@ from typing import Any
 
 import yaml
 
+from kafka_plumbing.cluster_ports import HOST, free_port
 from kafka_plumbing.errors import KafkaAuditError
-from kafka_plumbing.local_cluster import HOST, KafkaCluster, free_port
+from kafka_plumbing.local_cluster import KafkaCluster
 from soak.processes import ManagedProcess
 
 PROMETHEUS = "/usr/bin/prometheus"

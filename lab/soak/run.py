@@ -32,8 +32,9 @@ from confluent_kafka.admin import AdminClient
 from alerts.codec import decode_alert
 from alerts.settings import DEFAULT_ALERTS_TOPIC
 from audit_record import DEFAULT_AUDIT_TOPIC, now_ms
+from kafka_plumbing.cluster_ports import HOST, free_port
 from kafka_plumbing.errors import KafkaAuditError
-from kafka_plumbing.local_cluster import HOST, KafkaCluster, free_port
+from kafka_plumbing.local_cluster import KafkaCluster
 from kafka_plumbing.topics import AUDIT_TOPIC_CONFIG, ensure_topic, read_to_end
 from soak import network
 from soak.chaos import Chaos

@@ -18,9 +18,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from kafka_plumbing.cluster_ports import HOST, free_port
 from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.jvm import java_executable
-from kafka_plumbing.local_cluster import HOST, free_port
 from soak.processes import ManagedProcess, children, cmdline
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from kafka_plumbing.local_cluster import free_port
+from kafka_plumbing.cluster_ports import free_port
 
 BINARY = "/usr/bin/prometheus-alertmanager"
 

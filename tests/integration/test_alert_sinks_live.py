@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from alerts import AlertPipeline, AlertSettings
 from alerts.codec import decode_alert
-from kafka_plumbing.local_cluster import free_port
+from kafka_plumbing.cluster_ports import free_port
 from kafka_plumbing.topics import read_to_end
 from tests.conftest import unique_name
 from tests.integration.alertmanager import WebhookReceiver, running_alertmanager

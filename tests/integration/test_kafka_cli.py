@@ -10,8 +10,9 @@ import sys
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from kafka_plumbing.cluster_ports import free_port
 from kafka_plumbing.jvm import JavaNotFoundError
-from kafka_plumbing.local_cluster import KafkaCluster, PortInUseError, free_port
+from kafka_plumbing.local_cluster import KafkaCluster, PortInUseError
 
 pytestmark = pytest.mark.integration
 

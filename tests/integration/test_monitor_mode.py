@@ -27,7 +27,8 @@ import pytest
 from alerts.codec import decode_alert
 from audit_consumer.ground_truth import verify_topic
 from audit_record.reader import read_audit_log
-from kafka_plumbing.local_cluster import KafkaCluster, free_port
+from kafka_plumbing.cluster_ports import free_port
+from kafka_plumbing.local_cluster import KafkaCluster
 from kafka_plumbing.topics import ensure_topic, read_to_end
 from tests.integration.helpers import wait_for
 

@@ -24,7 +24,8 @@ from audit_consumer.ground_truth import verify_topic
 from audit_producer import AuditedProducer, ProducerAuditSettings
 from kafka_audit.cli import app
 from kafka_audit.verification_report import cluster_counts, compare_with_cluster
-from kafka_plumbing.local_cluster import KafkaCluster, SaslSslListener
+from kafka_plumbing.cluster_nodes import SaslSslListener
+from kafka_plumbing.local_cluster import KafkaCluster
 from kafka_plumbing.security import KafkaAuthenticationError, KafkaSecurity, KafkaTlsError
 from kafka_plumbing.topics import ensure_topic
 from spark_streaming.job import ReconciliationJob

@@ -15,7 +15,7 @@ from alerts.dispatch import sinks_from_settings
 from alerts.exceptions import AlertSinkError
 from alerts.sinks import AlertmanagerSink, KafkaAlertSink, WebhookSink
 from audit_record.record import MalformedRecordError
-from kafka_plumbing.local_cluster import free_port
+from kafka_plumbing.cluster_ports import free_port
 from tests.integration.alertmanager import WebhookReceiver
 
 T0 = 1_800_000_000_000

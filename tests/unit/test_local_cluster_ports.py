@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kafka_plumbing.local_cluster import KafkaCluster, free_ports
+from kafka_plumbing.cluster_ports import free_ports
+from kafka_plumbing.local_cluster import KafkaCluster
 
 
 def test_free_ports_are_distinct():

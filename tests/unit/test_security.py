@@ -12,8 +12,9 @@ from pydantic import SecretStr
 
 from audit_consumer.settings import AuditConsumerSettings
 from kafka_audit.up_settings import load_up_settings
+from kafka_plumbing.cluster_nodes import SaslSslListener
 from kafka_plumbing.errors import ConfigError
-from kafka_plumbing.local_cluster import ClusterError, KafkaCluster, SaslSslListener
+from kafka_plumbing.local_cluster import ClusterError, KafkaCluster
 from kafka_plumbing.security import (
     KafkaAuthenticationError,
     KafkaConnectionError,
