@@ -24,7 +24,7 @@ export CONTAINERS_CONF="$REPO/lab/container/containers.conf"
 PODMAN=(podman --runtime runc)
 mkdir -p "$WORK" "$RUN"
 exec > >(tee "$RUN/run.log") 2>&1
-log() { printf '\033[1m[container %(%H:%M:%S)T]\033[0m %s\n' -1 "$*"; }
+log() { printf '\033[1m[container %(%H:%M:%S)T]\033[0m %s\n' -1 "$*" >&2; }
 declare -A SECONDS_OF
 timed() {  # timed NAME command...: run it, remember its wall time
   local name=$1 t0=$SECONDS; shift
@@ -59,6 +59,8 @@ build_base() {
     rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/archives/*.deb
     touch "$rootfs/.complete"
   fi
+  # Imported once: a new import is a new image ID, which would void the build cache of every layer.
+  "${PODMAN[@]}" image exists "$BASE_IMAGE" && return 0
   tar -C "$rootfs" --exclude=./.complete -c . | "${PODMAN[@]}" import \
     --change 'CMD ["python3"]' --change 'ENV LANG=C.UTF-8' - "$BASE_IMAGE" >/dev/null 2>&1
 }
@@ -81,11 +83,15 @@ timed wheelhouse fill_wheelhouse
 log "wheelhouse: $(find "$wheelhouse" -name '*.whl' | wc -l) wheels, $(du -sh "$wheelhouse" | cut -f1)"
 
 # 3. The image, from deploy/Dockerfile as it is: pip reads the wheelhouse (mounted into the build) and
-#    never an index; apt (Java) and Maven (the jars) reach Debian's mirror and Maven Central on the host network.
+#    never an index; apt (Java) and Maven (the jars) reach Debian's mirror and Maven Central on the host
+#    network. This machine's egress inspects TLS with its own CA, which Debian's bundle in the image does not
+#    hold: Maven gets the host's Java trust store (mounted read-only) through MAVEN_OPTS.
 build_image() {
   "${PODMAN[@]}" build --network host --ignorefile deploy/Dockerfile.dockerignore -f deploy/Dockerfile \
     --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg PIP_NO_INDEX=1 --build-arg PIP_FIND_LINKS=/wheelhouse \
-    -v "$wheelhouse:/wheelhouse:ro" -t "$IMAGE" . >"$RUN/build.log" 2>&1 \
+    -v "$wheelhouse:/wheelhouse:ro" \
+    -v /etc/ssl/certs/java:/host-certs:ro --build-arg MAVEN_OPTS=-Djavax.net.ssl.trustStore=/host-certs/cacerts \
+    -t "$IMAGE" . >"$RUN/build.log" 2>&1 \
     || { tail -40 "$RUN/build.log"; return 1; }
 }
 log "building $IMAGE from deploy/Dockerfile (log: $RUN/build.log)"
