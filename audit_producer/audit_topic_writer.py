@@ -17,6 +17,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from audit_record import AuditRecord, encode, now_ms
+from kafka_plumbing.clients import close_producer
 from kafka_plumbing.topics import AUDIT_TOPIC_CONFIG, ensure_topic
 
 log = logging.getLogger(__name__)
@@ -31,10 +32,7 @@ def close_client(producer: Any) -> None:
     Args:
         producer: A ``confluent_kafka.Producer`` (or one with its ``purge``, ``poll``, ``close``).
     """
-    if len(producer):
-        producer.purge(in_queue=True, in_flight=True, blocking=False)
-        producer.poll(0)
-    producer.close()
+    close_producer(producer)
 
 
 class AuditTopicWriter:

@@ -19,6 +19,7 @@ from audit_record.control_record import ControlRecord, encode_control
 from audit_record.record import MalformedRecordError
 from control_loop.config import GroupConfig
 from control_loop.decide import ControlDecision
+from kafka_plumbing.clients import close_producer
 from kafka_plumbing.errors import ConfigError, KafkaAuditError
 from kafka_plumbing.security import client_config
 from kafka_plumbing.topics import CONTROL_TOPIC_CONFIG, TopicError, ensure_topic
@@ -156,6 +157,7 @@ class ControlPublisher:
         self.topic = topic
         self.timeout_ms = timeout_ms
         self._need_topic = create_topic
+        self._closed = False
         self._producer = producer_factory(
             {
                 **self.config,
@@ -217,8 +219,15 @@ class ControlPublisher:
         )
 
     def close(self) -> None:
-        """Flush what is in flight (up to ``timeout_ms``)."""
-        remaining = self._producer.flush(self.timeout_ms / 1000)
+        """Flush what is in flight (up to ``timeout_ms``), then close the producer. Idempotent.
+
+        What is still in flight after the flush is dropped (and logged); the producer is destroyed here,
+        not when it is garbage collected, so it never outlives the brokers it talks to.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        remaining = close_producer(self._producer, self.timeout_ms / 1000)
         if remaining:
             log.warning("control topic %s: %d record(s) still in flight at close", self.topic, remaining)
 

@@ -49,6 +49,8 @@ from spark_streaming.job import ReconciliationJob
 from spark_streaming.settings import SparkJobSettings
 
 STATUS_FILE = "up.json"
+PROGRESS_EVERY_S = 10.0
+"""Without a terminal, ``up`` prints a progress line at most this often, s (when the counts changed)."""
 
 
 class Platform:
@@ -86,7 +88,7 @@ class Platform:
         if bootstrap is None:
             kafka_dir = s.data_dir / "kafka"
             self.cluster = KafkaCluster.load(kafka_dir) or KafkaCluster.create(kafka_dir, s.brokers)
-            with self.console.status(f"starting local Kafka ({s.brokers} broker(s)) ..."):
+            with self._step(f"starting local Kafka ({s.brokers} broker(s)) ..."):
                 self.cluster.start()
             bootstrap = self.cluster.bootstrap_servers
         self.bootstrap = bootstrap
@@ -114,10 +116,17 @@ class Platform:
         self.job = build_audit_job(
             self.job_settings(bootstrap), alerts=s.alerts, control=s.control, listeners=[self._on_results]
         ).job
-        with self.console.status(f"starting Spark ({s.master}) ..."):
+        with self._step(f"starting Spark ({s.master}) ..."):
             self.job.start()
         if s.scenario:
             self._spawn("load", self._run_scenario)
+
+    def _step(self, text: str) -> contextlib.AbstractContextManager[Any]:
+        """Return a spinner showing ``text`` on a terminal; otherwise print ``text`` as a progress line."""
+        if self.console.is_terminal:
+            return self.console.status(text)
+        self.console.print(text, highlight=False, soft_wrap=True)
+        return contextlib.nullcontext()
 
     def job_settings(self, bootstrap: str) -> SparkJobSettings:
         """Return the Spark job's settings: ``up``'s own, its finality rule and its data directory.
@@ -180,8 +189,9 @@ class Platform:
         """Return what ``kafka-audit status`` shows of this instance (JSON-able).
 
         Keys: ``pid``, ``started_at`` (Unix s), ``mode`` (``monitor`` or ``scenario``),
-        ``bootstrap_servers``, ``cluster``, ``topics``, ``topic_patterns``, ``scenario``,
-        ``metrics_port``, ``data_dir`` (absolute), ``kafka_pids`` (local brokers, else empty).
+        ``bootstrap_servers``, ``cluster``, ``topics`` (audited now: :meth:`audited_topics`),
+        ``last_final_windows`` (per topic: :meth:`last_final_windows`), ``topic_patterns``,
+        ``scenario``, ``metrics_port``, ``data_dir`` (absolute), ``kafka_pids`` (local brokers, else empty).
         """
         s = self.s
         return {
@@ -190,7 +200,8 @@ class Platform:
             "mode": "monitor" if s.monitor else "scenario",
             "bootstrap_servers": self.bootstrap,
             "cluster": s.cluster,
-            "topics": s.all_topics,
+            "topics": self.audited_topics(),
+            "last_final_windows": self.last_final_windows(),
             "topic_patterns": list(s.topic_patterns),
             "scenario": s.scenario,
             "metrics_port": s.metrics_port,
@@ -198,9 +209,59 @@ class Platform:
             "kafka_pids": [n.pid for n in self.cluster.nodes] if self.cluster else [],
         }
 
+    def audited_topics(self) -> list[str]:
+        """Return the topics audited now, sorted: the named ones and those the patterns discovered.
+
+        The audit consumer re-discovers the topics matching ``topic_patterns`` every
+        ``discovery_interval_ms`` (:mod:`audit_consumer.discovery`); before its first discovery, the
+        named topics only.
+        """
+        discovered = self.consumer.topics if self.consumer is not None else []
+        return sorted({*self.s.all_topics, *discovered})
+
+    def last_final_windows(self) -> dict[str, dict[str, Any]]:
+        """Return each audited topic's newest final window result seen so far, in brief (JSON-able).
+
+        Per topic (only topics with a final window): ``window_start_ms`` and ``window_end_ms`` (Unix ms),
+        ``tier``, ``sent``, ``received``, ``unaudited`` (messages), ``loss_rate`` and ``duplicate_rate``
+        (fractions, None when undefined). Of several tiers of one window, this cluster's own.
+        """
+        own = f"cluster:{self.s.cluster}"
+        with self._lock:
+            finals = [r for r in self.rows.values() if r["state"] == "final"]
+        newest: dict[str, dict[str, Any]] = {}
+        for r in sorted(finals, key=lambda r: (r["window_start_ms"], r["tier"] == own)):
+            newest[r["topic"]] = r
+        brief = ("window_start_ms", "window_end_ms", "tier", "sent", "received", "unaudited")
+        return {
+            t: {
+                **{k: r.get(k) for k in brief},
+                "loss_rate": r.get("loss_rate"),
+                "duplicate_rate": r.get("duplicate_rate"),
+            }
+            for t, r in sorted(newest.items())
+        }
+
+    def refresh_status(self) -> bool:
+        """Rewrite the status record if the audited topics or their last final windows changed.
+
+        Returns:
+            True if it was rewritten. Called by :meth:`run` about twice a second; a write that fails
+            (a full disk) is retried at the next call.
+        """
+        view = (self.audited_topics(), self.last_final_windows())
+        if view == getattr(self, "_status_view", None):
+            return False
+        try:
+            self._write_status()
+        except OSError:
+            return False
+        self._status_view = view
+        return True
+
     def _write_status(self) -> None:
         """Record this instance in its data directory and in the user's instance registry."""
-        self._started_at = time.time()
+        self._started_at = getattr(self, "_started_at", None) or time.time()
         record = self.status_record()
         instances.write_data_dir_record(self.s.data_dir, STATUS_FILE, record)
         try:
@@ -217,19 +278,59 @@ class Platform:
         return bool(self.load_windows) and self.load_windows <= final
 
     def run(self, until_final: bool) -> None:
-        """Show the live table until stopped (or, with ``until_final``, until the scenario is final)."""
+        """Show the results until stopped (or, with ``until_final``, until the scenario is final).
+
+        On a terminal, a live table (:attr:`table`) redrawn twice a second; otherwise (output to a file
+        or a pipe) no live frames at all, only a progress line when the count of window results changed
+        (at most every :data:`PROGRESS_EVERY_S`), so the closing table is the only table in the output.
+        The status record's audited topics and last final windows are refreshed on the way
+        (:meth:`refresh_status`).
+
+        Raises:
+            RuntimeError: if the Spark job fails.
+        """
+        assert self.job is not None
+        if not self.console.is_terminal:
+            self._watch(until_final, self._progress_line)
+            return
+        with Live(self.table(self.rows, {}), console=self.console, refresh_per_second=2) as live:
+            self._watch(until_final, lambda progress: live.update(self.table(self.rows, progress)))
+
+    def _watch(self, until_final: bool, show: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``show(progress)`` every 0.5 s until stopped or final (see :meth:`run`)."""
         assert self.job is not None
         deadline = None
-        with Live(self.table(self.rows, {}), console=self.console, refresh_per_second=2) as live:
-            while not self.stop_event.is_set():
-                if self.job.exception() is not None:
-                    raise RuntimeError(f"Spark job failed: {self.job.exception()}")
-                live.update(self.table(self.rows, self.job.progress()))
-                if until_final and getattr(self, "load_done", False):
-                    deadline = deadline or time.monotonic() + self.final_wait_s() + 120
-                    if self.scenario_final() or time.monotonic() > deadline:
-                        break
-                self.stop_event.wait(0.5)
+        while not self.stop_event.is_set():
+            if self.job.exception() is not None:
+                raise RuntimeError(f"Spark job failed: {self.job.exception()}")
+            show(self.job.progress())
+            self.refresh_status()
+            if until_final and getattr(self, "load_done", False):
+                deadline = deadline or time.monotonic() + self.final_wait_s() + 120
+                if self.scenario_final() or time.monotonic() > deadline:
+                    break
+            self.stop_event.wait(0.5)
+
+    def _progress_line(self, progress: dict[str, Any]) -> None:
+        """Print one line of progress (window results so far, audit lag) if the counts changed.
+
+        At most every :data:`PROGRESS_EVERY_S` seconds: for output that is not a terminal.
+        """
+        with self._lock:
+            states = [r["state"] for r in self.rows.values()]
+        counts = (states.count("final"), len(states) - states.count("final"))
+        now = time.monotonic()
+        if counts == getattr(self, "_progress_counts", None) or now < getattr(self, "_progress_at", 0.0):
+            return
+        self._progress_counts, self._progress_at = counts, now + PROGRESS_EVERY_S
+        lag = progress.get("lag_s")
+        self.console.print(
+            f"{counts[0]} final, {counts[1]} provisional window result(s) on "
+            f"{len(self.audited_topics())} topic(s)"
+            + (f"; audit lag {lag:.1f} s" if lag is not None else ""),
+            highlight=False,
+            soft_wrap=True,
+        )
 
     def final_wait_s(self) -> float:
         """Return how long after the load's last window starts it takes to be final, at most, s.

@@ -177,7 +177,11 @@ def status(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the instances as JSON lines.")] = False,
 ) -> None:
-    """Show what `kafka-audit up` is running: mode, cluster, topics, metrics, local Kafka. Exit 1 if none."""
+    """Show what `kafka-audit up` is running: mode, cluster, topics, metrics, local Kafka. Exit 1 if none.
+
+    The topics are those an instance audits now (named, or discovered by its patterns), each with its
+    last final window; `--json` has them as `topics` and `last_final_windows`.
+    """
     from kafka_audit import instances
     from kafka_audit.up import read_status
 
@@ -207,7 +211,10 @@ def _print_instance(st: dict[str, Any]) -> None:
     """Print one running ``up`` instance (:meth:`kafka_audit.up.Platform.status_record`)."""
     from kafka_plumbing.local_cluster import KafkaCluster
 
-    topics = ", ".join([*st.get("topics", []), *(f"/{p}/" for p in st.get("topic_patterns", []))]) or "-"
+    patterns = ", ".join(f"/{p}/" for p in st.get("topic_patterns", []))
+    audited = st.get("topics", [])
+    topics = f"{len(audited)} audited now" + (f" (named, or matching {patterns})" if patterns else "")
+    topics += "".join(f"\n    {line}" for line in topic_lines(audited, st.get("last_final_windows") or {}))
     mode = st.get("mode", "?") + (f" ({st['scenario']})" if st.get("scenario") else "")
     port = st.get("metrics_port")
     console.print(
@@ -227,6 +234,38 @@ def _print_instance(st: dict[str, Any]) -> None:
                 f"  kafka node {row['node']}: {row['broker']} pid {row['pid']} running={row['running']}",
                 highlight=False,
             )
+
+
+def topic_lines(topics: list[str], last_final: dict[str, dict[str, Any]]) -> list[str]:
+    """Return one line per audited topic with its last final window, for ``kafka-audit status``.
+
+    Args:
+        topics: The topics an instance audits now (``topics`` of its status record).
+        last_final: Per topic, its newest final window (``last_final_windows`` of the status record:
+            ``window_start_ms`` in Unix ms, ``sent`` messages, ``loss_rate`` and ``duplicate_rate`` as
+            fractions or None).
+
+    Returns:
+        E.g. ``shop.orders: last final window 09:34:40 UTC (sent 2,475, R_l 0.00%, R_d 0.00%)``, or
+        ``shop.orders: no final window yet``.
+    """
+    from datetime import UTC, datetime
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{100 * x:.2f}%"
+
+    lines = []
+    for t in topics:
+        w = last_final.get(t)
+        if w is None or w.get("window_start_ms") is None:
+            lines.append(f"{t}: no final window yet")
+            continue
+        start = datetime.fromtimestamp(w["window_start_ms"] / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        lines.append(
+            f"{t}: last final window {start} UTC (sent {w.get('sent') or 0:,}, "
+            f"R_l {pct(w.get('loss_rate'))}, R_d {pct(w.get('duplicate_rate'))})"
+        )
+    return lines
 
 
 def register(app: typer.Typer) -> None:

@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from alerts.codec import encode_alert
 from alerts.event import AlertEvent
 from alerts.exceptions import AlertSinkError
+from kafka_plumbing.clients import close_producer
 from kafka_plumbing.security import client_config
 from kafka_plumbing.topics import TopicError, ensure_topic
 
@@ -56,6 +57,7 @@ class KafkaAlertSink:
         self._need_topic = create_topic
         self._failed: list[AlertEvent] = []
         self._errors: list[str] = []
+        self._closed = False
         self._producer = Producer(
             {
                 **self.config,
@@ -118,7 +120,14 @@ class KafkaAlertSink:
             )
 
     def close(self) -> None:
-        """Flush in-flight events (up to ``flush_timeout_ms``)."""
-        remaining = self._producer.flush(self.flush_timeout_ms / 1000)
+        """Flush in-flight events (up to ``flush_timeout_ms``), then close the producer. Idempotent.
+
+        What is still in flight after the flush is dropped (and logged): the producer is destroyed here,
+        not when it is garbage collected, so it never outlives the brokers it talks to.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        remaining = close_producer(self._producer, self.flush_timeout_ms / 1000)
         if remaining:
             log.warning("alerts topic %s: %d event(s) still in flight at close", self.topic, remaining)
