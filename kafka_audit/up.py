@@ -4,17 +4,19 @@ Starts (in order, top to bottom of the data flow) the local Kafka cluster unless
 ``--bootstrap-servers`` is given, the audit consumer, the Spark reconciliation job as
 :func:`kafka_audit.assembly.build_audit_job` builds it (with the live comparison, the alert pipeline:
 alerts topic, and Alertmanager / webhook when configured, and the control loop in its configured
-mode), and
-optionally an audited load scenario; shows a live table of window results, measured next to
-predicted; stops everything (by PID / in reverse order) on Ctrl-C, SIGTERM or when the scenario's
-windows are final. The live table is :mod:`kafka_audit.results_table`; the commands ``up`` and
-``status`` are :mod:`kafka_audit.up_cli`.
+mode), and optionally an audited load scenario; shows a live table of window results, measured next
+to predicted (on a terminal; without one, progress lines only, so the closing table is printed once);
+stops everything (by PID / in reverse order) on Ctrl-C, SIGTERM or when the scenario's windows are
+final. The live table is :mod:`kafka_audit.results_table`; the commands ``up`` and ``status`` are
+:mod:`kafka_audit.up_cli`.
 
 Without a scenario it is in monitor mode: it audits the topics the cluster carries (named ones and
 those matching ``topic_patterns``, re-discovered while it runs) until stopped. A running instance
 registers itself (:mod:`kafka_audit.instances`), so ``kafka-audit status`` finds it whatever its data
-directory. On stop, Kafka clients are closed before the local brokers, and librdkafka's log lines of
-clients that are still closing are silenced once the brokers go down (no "Connection refused" noise).
+directory; the record names the topics audited now (discovered by the patterns) and each one's last
+final window, refreshed while it runs. On stop, Kafka clients are closed before the local brokers, and
+librdkafka's log lines of clients that are still closing are silenced once the brokers go down (no
+"Connection refused" noise).
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ def test_three_broker_cluster_start_status_stop(tmp_path):
         res = ConfigResource(ConfigResource.Type.BROKER, "1")
         cfg = admin.describe_configs([res])[res].result(timeout=10)
         assert cfg["min.insync.replicas"].value == "2" and cfg["default.replication.factor"].value == "3"
+        del admin  # destroyed before its brokers stop: a live client would log "Connection refused"
     finally:
         stopped = cli("kafka", "stop", "--data-dir", str(data))
     assert stopped.returncode == 0

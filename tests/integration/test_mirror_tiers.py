@@ -43,6 +43,7 @@ from kafka_plumbing.topics import ensure_topic, read_to_end
 from spark_streaming.job import ReconciliationJob
 from spark_streaming.results import final_results, read_results
 from spark_streaming.settings import SparkJobSettings
+from tests.conftest import release_clients
 
 from .helpers import running_consumer, wait_for
 
@@ -102,6 +103,7 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
     finally:
         if mirror is not None:
             mirror.stop()
+        release_clients()
         b.stop()
         a.stop()
 
@@ -347,6 +349,7 @@ class Probe:
             self.producer.produce(self.topic, b"probe", timestamp=int(time.time() * 1000))
             self.producer.poll(0)
         self.producer.flush(10)
+        self.producer.close()  # before the clusters stop: a live client would log "Connection refused"
 
     def _read(self) -> None:
         while not self.stop.is_set():

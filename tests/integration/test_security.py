@@ -31,6 +31,7 @@ from kafka_plumbing.topics import ensure_topic
 from spark_streaming.job import ReconciliationJob
 from spark_streaming.results import final_results, read_results
 from spark_streaming.settings import SparkJobSettings
+from tests.conftest import release_clients
 
 from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
 
@@ -100,6 +101,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory):
     try:
         yield SecureCluster(cluster, ca, other_ca, password)
     finally:
+        release_clients()
         cluster.stop()
 
 

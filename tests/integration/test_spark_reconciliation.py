@@ -167,6 +167,7 @@ def test_loss_and_duplicates_rates_equal_verifier_exactly(tmp_path, request, aud
                 for i in range(200):
                     raw.produce(audit_topics["audit_topic"], os.urandom(30 + i % 50), key=b"junk")
                 assert raw.flush(30) == 0
+                raw.close()  # before the broker stops: a live client would log "Connection refused"
                 producer.close()
                 truth = verifier_rates(kconfig, topic, audit_topics["audit_topic"])
                 assert sum(t[2] for t in truth.values()) > 0, "the outage should have lost messages"
