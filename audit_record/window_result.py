@@ -187,6 +187,19 @@ SUMMARY_NUMBERS: tuple[str, ...] = (
 """The numbers an alert quotes about its window (measured, estimated, predicted, relative to the tier
 before)."""
 
+BRIEF_FIELDS: tuple[str, ...] = (
+    "window_start_ms",
+    "window_end_ms",
+    "tier",
+    "sent",
+    "received",
+    "unaudited",
+    "loss_rate",
+    "duplicate_rate",
+)
+"""A window in brief: when, which tier, how many messages, the measured rates (``kafka-audit status``'s
+last final window of a topic)."""
+
 
 def _check_groups() -> None:
     """Fail at import if a group names a field the schema lacks (a renamed or removed field)."""
@@ -198,6 +211,7 @@ def _check_groups() -> None:
         ESTIMATE_FIELDS,
         LIVE_COMPARISON_FIELDS,
         TIER_FIELDS,
+        BRIEF_FIELDS,
         ("producer_configs",),
     )
     unknown = sorted({f for g in (*groups, SUMMARY_NUMBERS, CURRENT_PROPERTIES.values()) for f in g} - known)

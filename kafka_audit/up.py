@@ -40,6 +40,7 @@ from audit_consumer.settings import AuditConsumerSettings
 from audit_producer.librdkafka_config import reliability_config
 from audit_producer.load import run_load
 from audit_producer.settings import ProducerAuditSettings
+from audit_record import window_result
 from kafka_audit import instances
 from kafka_audit.assembly import build_audit_job
 from kafka_audit.results_table import results_table
@@ -224,9 +225,10 @@ class Platform:
     def last_final_windows(self) -> dict[str, dict[str, Any]]:
         """Return each audited topic's newest final window result seen so far, in brief (JSON-able).
 
-        Per topic (only topics with a final window): ``window_start_ms`` and ``window_end_ms`` (Unix ms),
-        ``tier``, ``sent``, ``received``, ``unaudited`` (messages), ``loss_rate`` and ``duplicate_rate``
-        (fractions, None when undefined). Of several tiers of one window, this cluster's own.
+        Per topic (only topics with a final window), its :data:`audit_record.window_result.BRIEF_FIELDS`:
+        ``window_start_ms`` and ``window_end_ms`` (Unix ms), ``tier``, ``sent``, ``received``,
+        ``unaudited`` (messages), ``loss_rate`` and ``duplicate_rate`` (fractions, None when undefined).
+        Of several tiers of one window, this cluster's own.
         """
         own = f"cluster:{self.s.cluster}"
         with self._lock:
@@ -234,15 +236,7 @@ class Platform:
         newest: dict[str, dict[str, Any]] = {}
         for r in sorted(finals, key=lambda r: (r["window_start_ms"], r["tier"] == own)):
             newest[r["topic"]] = r
-        brief = ("window_start_ms", "window_end_ms", "tier", "sent", "received", "unaudited")
-        return {
-            t: {
-                **{k: r.get(k) for k in brief},
-                "loss_rate": r.get("loss_rate"),
-                "duplicate_rate": r.get("duplicate_rate"),
-            }
-            for t, r in sorted(newest.items())
-        }
+        return {t: {k: r.get(k) for k in window_result.BRIEF_FIELDS} for t, r in sorted(newest.items())}
 
     def refresh_status(self) -> bool:
         """Rewrite the status record if the audited topics or their last final windows changed.
