@@ -175,6 +175,7 @@ SUMMARY_NUMBERS: tuple[str, ...] = (
     "loss_rate",
     "duplicate_rate",
     "unaudited_producers",
+    "unaccounted",
     "packet_loss_pct_est",
     "delay_ms_est",
     "tcp_timeout_pct_est",

@@ -299,7 +299,12 @@ def reconcile(
             of :func:`add_tier_view`.
 
     R_l, R_d and completeness follow Eq. 3 over the window (:mod:`audit_record.rates`); unique and
-    duplicated count only producers that reported (the rest are ``unaudited_producers``). The network
+    duplicated count only producers that reported. Messages whose stamp names a producer id without a
+    producer snapshot of this topic and window (``unaudited_producers`` ids: a crashed producer whose
+    snapshots were lost, a client that copies headers, a garbled or forged stamp) are ``unaccounted``
+    (messages; ``unaccounted_unique``: their distinct stamps): in ``received`` (every message the tier
+    consumed = unique + duplicated + unaudited + unaccounted), never in sent, unique, duplicated or
+    lost (issue 36). The network
     estimates of the predictor's inputs (Eq. 1): ``delay_ms_est`` D = the producers' mean smallest
     broker RTT of the window (``rtt_min_ms``, ms: the delay the network adds to a round trip, as NetEm's
     delay on the producer's interface adds it in the paper's Sec. V; :func:`delay_estimate_ms`),
@@ -330,6 +335,7 @@ def reconcile(
     for tier in order.sort(tiers):
         mine = [s for s in snaps if s["tier"] == tier]
         audited = [s for s in mine if s["producer_id"] in sent_by]
+        unaccounted = [s for s in mine if s["producer_id"] and s["producer_id"] not in sent_by]
         unique = sum(s["unique"] for s in audited)
         duplicated = sum(s["duplicated"] for s in audited)
         p99 = [s["latency_p99_ms"] for s in mine if s["latency_p99_ms"] is not None]
@@ -351,7 +357,9 @@ def reconcile(
                 stale=sum(s["stale"] for s in mine),
                 unaudited=sum(s["unaudited"] for s in mine),
                 producers=len(sent_by),
-                unaudited_producers=len({s["producer_id"] for s in mine if s["producer_id"]} - set(sent_by)),
+                unaudited_producers=len({s["producer_id"] for s in unaccounted}),
+                unaccounted=sum(s["received"] for s in unaccounted),
+                unaccounted_unique=sum(s["unique"] for s in unaccounted),
                 loss_rate=loss_rate(sent, unique),
                 duplicate_rate=duplicate_rate(sent, duplicated),
                 completeness=completeness(sent, unique),

@@ -46,5 +46,26 @@ def test_reconcile_sums_tiers_and_computes_eq3_rates():
     )
     assert a["loss_rate"] == 10 / 150 and a["duplicate_rate"] == 5 / 150 and a["completeness"] == 140 / 150
     assert (a["producers"], a["unaudited_producers"], a["acks"], a["batch_num_messages"]) == (2, 1, "0", 4)
+    assert (a["unaccounted"], a["unaccounted_unique"]) == (7, 7)  # the ghost's messages, not in sent
     # A cluster that saw nothing has lost everything.
     assert (b["tier"], b["unique"], b["loss_rate"]) == ("cluster:b", 0, 1.0)
+
+
+def test_stamps_naming_no_reporting_producer_are_unaccounted_never_loss_or_duplicates():
+    # Issue 36's kcat case: an audited producer's 1,592 messages and 500 copies of the forged stamp
+    # b"not-a-valid-stamp" (v1 reads it as producer "not-a-val", one sequence), plus 30 without stamps.
+    snaps = [
+        _snap((0, 1), producer_id="app@h.1.ab", sent=1_592, acknowledged=1_592),
+        _snap((1, 1), tier="cluster:a", producer_id="app@h.1.ab", received=1_592, unique=1_592),
+        _snap((1, 2), tier="cluster:a", producer_id="not-a-val", received=500, unique=1, duplicated=499),
+        _snap((1, 3), tier="cluster:a", producer_id=None, received=30, unaudited=30),
+    ]
+    (row,) = reconcile("t", 0, 10, snaps, ["a"], FINAL)
+    assert (row["sent"], row["unique"], row["duplicated"]) == (1_592, 1_592, 0)
+    assert (row["unaccounted"], row["unaccounted_unique"], row["unaudited_producers"]) == (500, 1, 1)
+    assert (row["loss_rate"], row["duplicate_rate"], row["completeness"]) == (0.0, 0.0, 1.0)
+    assert row["received"] == row["unique"] + row["duplicated"] + row["unaudited"] + row["unaccounted"]
+    # The producer's snapshot arrives (it was only late): its messages are accounted for after all.
+    late = _snap((0, 2), producer_id="not-a-val", sent=1, acknowledged=1)
+    (row,) = reconcile("t", 0, 10, [*snaps, late], ["a"], FINAL)
+    assert (row["unaccounted"], row["unaudited_producers"], row["duplicated"]) == (0, 0, 499)

@@ -289,3 +289,20 @@ def test_records_written_before_the_timeout_rate_decode_with_none_and_the_window
     assert row["tcp_timeout_pct_est"] == pytest.approx((3.0 * 300 + 1.0 * 100) / 400)
     [row] = reconcile("orders", 60_000, 120_000, [p3, cluster], ["a"], FINAL)
     assert row["tcp_timeout_pct_est"] is None
+
+
+def test_window_results_written_before_unaccounted_decode_with_none():
+    row = window_result.blank(topic="t", window_start_ms=0, tier="cluster:a")
+    v6 = {f["name"] for f in codec.schema("window_result.v6")["fields"]}
+    assert {"unaccounted", "unaccounted_unique"} <= set(window_result.FIELDS) - v6
+    body = {k: v for k, v in row.items() if k in v6}
+    body.update({k: 0 for k in ("window_end_ms", "sent", "acknowledged", "failed", "received", "unique")})
+    body.update(
+        {k: 0 for k in ("duplicated", "late", "stale", "unaudited", "producers", "unaudited_producers")}
+    )
+    body.update(state="final", result_at_ms=1, tx_retries=0, request_timeouts=0)
+    out = codec.decode_object("window_result", _single_object("window_result.v6", body))
+    assert (out["unaccounted"], out["unaccounted_unique"], out["sent"]) == (None, None, 0)
+    now = dict(body, unaccounted=500, unaccounted_unique=1)
+    out = codec.decode_object("window_result", _single_object("window_result", {**row, **now}))
+    assert (out["unaccounted"], out["unaccounted_unique"]) == (500, 1)
