@@ -33,6 +33,8 @@ AUDIT_LAG = "KafkaAuditAuditLag"
 UNAUDITED_PRODUCERS = "KafkaAuditUnauditedProducers"
 UNAUDITED_TRAFFIC = "KafkaAuditUnauditedTraffic"
 """Messages without an audit stamp beside audited producers' messages (issue 15): never counted as loss."""
+UNACCOUNTED_MESSAGES = "KafkaAuditUnaccountedMessages"
+"""Messages whose stamp names a producer that sent no snapshot for the topic and window (issue 36)."""
 TEST_ALERT = "KafkaAuditTestAlert"
 """Sent by ``kafka-audit alerts test-fire`` only; never by a rule."""
 
@@ -43,6 +45,7 @@ ALERT_NAMES: tuple[str, ...] = (
     AUDIT_LAG,
     UNAUDITED_PRODUCERS,
     UNAUDITED_TRAFFIC,
+    UNACCOUNTED_MESSAGES,
 )
 
 MODEL_PROMOTED = "KafkaAuditModelPromoted"

@@ -2,7 +2,8 @@
 
 Window rules judge one final window result (``audit_record/window_result.avsc`` with its live-comparison
 fields; ``docs/DESIGN.md``): :mod:`alerts.delivery_rules` (completeness, gamma, prediction drift) and
-:mod:`alerts.unaudited_rules` (unaudited producers and traffic), on the base :mod:`alerts.window_rule`.
+:mod:`alerts.unaudited_rules` (unaudited producers and traffic, unaccounted messages), on the base
+:mod:`alerts.window_rule`.
 The audit-lag rule (:mod:`alerts.audit_lag_rule`) judges the set of still-provisional windows of a
 (topic, tier) at wall clock ``now``. What a rule returns is :mod:`alerts.observation`.
 """
@@ -17,12 +18,13 @@ from alerts.event import (
     COMPLETENESS_BELOW_TARGET,
     GAMMA_BELOW_TARGET,
     PREDICTION_DRIFT,
+    UNACCOUNTED_MESSAGES,
     UNAUDITED_PRODUCERS,
     UNAUDITED_TRAFFIC,
 )
 from alerts.observation import RuleInfo
 from alerts.settings import AlertSettings
-from alerts.unaudited_rules import UnauditedProducersRule, UnauditedTrafficRule
+from alerts.unaudited_rules import UnaccountedMessagesRule, UnauditedProducersRule, UnauditedTrafficRule
 from alerts.window_rule import WindowRule
 
 
@@ -67,6 +69,13 @@ def window_rules(settings: AlertSettings) -> list[WindowRule]:
             s.unaudited_traffic_keep_firing_windows,
             threshold=s.unaudited_share_threshold,
             needs_audited=s.unaudited_traffic_needs_audited,
+        ),
+        UnaccountedMessagesRule(
+            UNACCOUNTED_MESSAGES,
+            s.unaccounted_severity,
+            s.unaccounted_for_windows,
+            s.unaccounted_keep_firing_windows,
+            threshold=s.unaccounted_threshold,
         ),
     ]
     return [r for r in rules if r.alertname not in s.disabled_rules]

@@ -67,6 +67,12 @@ class AlertSettings(BaseSettings):
             newest final window with some ended at most this long before the judged window starts, ms.
         unaudited_traffic_for_windows, unaudited_traffic_keep_firing_windows,
             unaudited_traffic_severity: As above, for KafkaAuditUnauditedTraffic.
+        unaccounted_threshold: A final window with more unaccounted messages than this (their stamp
+            names a producer id that sent no snapshot for the topic and window: a crashed producer
+            whose snapshots were lost, a client that copies headers, a garbled or forged stamp) is bad
+            for KafkaAuditUnaccountedMessages, messages; 0: any.
+        unaccounted_for_windows, unaccounted_keep_firing_windows, unaccounted_severity: As above, for
+            KafkaAuditUnaccountedMessages.
         disabled_rules: Alert names not evaluated.
         bootstrap_servers: Kafka ``bootstrap.servers`` of the alerts topic (None: no Kafka sink).
         alerts_topic: Topic of the Avro AlertEvents (created if missing, keyed by fingerprint).
@@ -129,6 +135,11 @@ class AlertSettings(BaseSettings):
     unaudited_traffic_for_windows: int = Field(1, ge=1)
     unaudited_traffic_keep_firing_windows: int = Field(2, ge=1)
     unaudited_traffic_severity: Severity = "warning"
+
+    unaccounted_threshold: int = Field(0, ge=0)
+    unaccounted_for_windows: int = Field(1, ge=1)
+    unaccounted_keep_firing_windows: int = Field(2, ge=1)
+    unaccounted_severity: Severity = "warning"
 
     disabled_rules: list[str] = Field(default_factory=list)
 

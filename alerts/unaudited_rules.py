@@ -1,7 +1,9 @@
 """The alert rules on unaudited traffic: producers without audit snapshots, messages without stamps.
 
 Unaudited messages (from producers that do not use ``AuditedProducer``) are never loss: they are in
-neither ``sent`` nor ``unique``; these rules say that their loss cannot be measured (issue 15).
+neither ``sent`` nor ``unique``; these rules say that their loss cannot be measured (issue 15). Nor are
+unaccounted messages (a stamp naming a producer id that sent no snapshot for the topic and window):
+:class:`UnaccountedMessagesRule` shows them instead of letting them vanish (issue 36).
 """
 
 from __future__ import annotations
@@ -127,3 +129,57 @@ class UnauditedTrafficRule(WindowRule):
             ", topic has audited producers" if self.needs_audited else ""
         )
         return RuleInfo(self.alertname, self.severity, condition, f"{self.threshold:.2%}", fire, resolve)
+
+
+UNACCOUNTED_SUGGESTION = (
+    "find the producer the stamps name (kafka-audit's producer id: client.id@host.pid.random): a producer "
+    "whose snapshots do not reach the audit topic, an application that copies the kafka-audit.stamp header "
+    "onto messages it writes, or a forged stamp"
+)
+"""The suggestion of :class:`UnaccountedMessagesRule`'s alerts."""
+
+
+@dataclass(frozen=True)
+class UnaccountedMessagesRule(WindowRule):
+    """KafkaAuditUnaccountedMessages: messages whose stamp names no reporting producer > threshold (issue 36).
+
+    ``unaccounted`` counts the messages of the window at this tier whose audit stamp decodes but names a
+    producer id that sent no producer snapshot for the topic and window (a crashed producer whose
+    snapshots were lost, a client that copies headers, a garbled or forged stamp). They are in neither
+    ``sent`` nor ``unique`` nor ``duplicated``: never loss and never duplicates.
+    """
+
+    threshold: int = 0
+
+    def evaluate(self, result: Mapping[str, Any], firing: bool) -> Observation:
+        """Bad if ``unaccounted > threshold`` (messages); unknown if the field is missing (older results)."""
+        n = number_field(result, "unaccounted")
+        if n is None:
+            return Observation(bad=None)
+        ids = number_field(result, "unaudited_producers") or 0.0
+        distinct = number_field(result, "unaccounted_unique")
+        stamps = f"{distinct:,.0f} distinct stamp(s)" if distinct is not None else "distinct stamps unknown"
+        return window_observation(
+            result,
+            bad=n > self.threshold,
+            value=n,
+            threshold=float(self.threshold),
+            summary=(
+                f"{result['topic']} ({result['tier']}): {n:,.0f} message(s) stamped by "
+                f"{ids:.0f} producer id(s) that never reported"
+            ),
+            suggestion=UNACCOUNTED_SUGGESTION,
+            description=(
+                f"{window_place(result)}: the cluster holds {n:,.0f} message(s) ({stamps}) whose audit "
+                f"stamp names {ids:.0f} producer id(s) without a producer snapshot for this topic and "
+                "window: a crashed producer whose snapshots were lost, a client that copies headers, or "
+                "a garbled or forged stamp. They are counted apart, never as sent, lost or duplicated."
+            ),
+        )
+
+    def info(self) -> RuleInfo:
+        """Describe the rule."""
+        fire, resolve = self._counts()
+        return RuleInfo(
+            self.alertname, self.severity, "unaccounted > threshold", str(self.threshold), fire, resolve
+        )

@@ -134,7 +134,7 @@ def _completeness_row(d: Dashboard) -> Dashboard:
 
 
 def _unaudited_row(d: Dashboard) -> Dashboard:
-    """Add the unaudited-traffic row: unaudited messages per second and their share of the traffic."""
+    """Add the unaudited-traffic row: unaudited messages per second, their share, and unaccounted messages."""
     return (
         d.with_row(Row("Unaudited traffic"))
         .with_panel(
@@ -159,6 +159,20 @@ def _unaudited_row(d: Dashboard) -> Dashboard:
                 [query(f"kafka_audit_unaudited_ratio{{{SEL}}}", WHO)],
                 "percentunit",
                 max_val=1,
+            )
+        )
+        .with_panel(
+            timeseries(
+                "Unaccounted messages",
+                "Messages of the newest final window whose audit stamp names a producer id that sent no "
+                "snapshot for the topic and window (a crashed producer whose snapshots were lost, a client "
+                "that copies headers, a garbled or forged stamp), and per second over final windows. Never "
+                "counted as sent, lost or duplicated; KafkaAuditUnaccountedMessages fires on any.",
+                [
+                    query(f"kafka_audit_unaccounted_messages{{{SEL}}}", "newest window {{topic}} {{tier}}"),
+                    _per_second("kafka_audit_messages_unaccounted_total", "per second {{topic}} {{tier}}"),
+                ],
+                "short",
             )
         )
     )

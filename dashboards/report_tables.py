@@ -1,6 +1,6 @@
 """The static report's tables: HTML ``<table>`` markup of final window results and alert events.
 
-Per (topic, tier) totals with the unaudited messages, the windows with unaudited traffic, the newest
+Per (topic, tier) totals with the unaudited and unaccounted messages, the windows with either, the newest
 configuration suggestions, the alert events, a topic's tiers in flow order, and the predictor model's
 accuracy per version and per topic. Rates and fractions are shown as percentages, times as UTC; every
 cell is HTML-escaped. The HTML assembly is :mod:`dashboards.report`, the plots
@@ -40,6 +40,11 @@ def _total(g: pd.DataFrame, col: str) -> int:
     return int(pd.to_numeric(g[col], errors="coerce").fillna(0).sum()) if col in g.columns else 0
 
 
+def _int(x: Any) -> int:
+    """``x`` as an int; 0 when missing or NaN (results written before the field existed)."""
+    return 0 if x is None or (isinstance(x, float) and math.isnan(x)) else int(x)
+
+
 def _unaudited_cell(unaudited: int, received: int) -> str:
     """``8,000 (100.000%)``: unaudited messages and their share of what the cluster holds; ``0`` if none."""
     if not unaudited:
@@ -52,7 +57,10 @@ def summary_table(results: pd.DataFrame) -> str:
 
     ``unaudited`` counts messages without an audit stamp with their share of the messages the cluster
     holds (``received``); they are in neither ``sent`` nor ``lost``. A topic with unaudited traffic only
-    (no audited producer: ``sent`` 0) has no R_l or R_d: ``n/a (unaudited only)``.
+    (no audited producer: ``sent`` 0) has no R_l or R_d: ``n/a (unaudited only)``. ``unaccounted``
+    counts messages whose stamp names a producer id that sent no snapshot for the topic and window (a
+    crashed producer whose snapshots were lost, a client that copies headers, a forged stamp); they are
+    in neither ``sent``, ``lost`` nor ``duplicated`` (0 in results written before the field existed).
     """
     rows = []
     for (topic, tier), g in results.groupby(["topic", "tier"]):
@@ -72,6 +80,7 @@ def summary_table(results: pd.DataFrame) -> str:
                 na or _pct(dup / sent if sent else None),
                 na or _pct(g["completeness"].min()),
                 _unaudited_cell(unaudited, received),
+                f"{_total(g, 'unaccounted'):,}",
             ]
         )
     header = [
@@ -86,6 +95,7 @@ def summary_table(results: pd.DataFrame) -> str:
         "R_d",
         "worst window",
         "unaudited (share)",
+        "unaccounted",
     ]
     return html_table(header, rows)
 
@@ -95,20 +105,28 @@ MAX_UNAUDITED_ROWS = 100
 
 
 def unaudited_table(results: pd.DataFrame) -> str:
-    """Return the final windows with unaudited messages (per topic, tier and window) as an HTML table.
+    """Return the final windows with unaudited or unaccounted messages (per topic, tier and window), HTML.
 
-    Per window: messages the cluster holds, unaudited ones and their share, audited producers and what
-    they sent; a paragraph when no window has unaudited traffic.
+    Per window: messages the cluster holds, unaudited ones and their share, unaccounted ones (a stamp
+    naming a producer that never reported for the window) with their producer ids, audited producers
+    and what they sent; a paragraph when no window has either.
     """
-    if "unaudited" not in results.columns:
+
+    def count(col: str) -> pd.Series:
+        if col not in results.columns:
+            return pd.Series(0, index=results.index)
+        return pd.to_numeric(results[col], errors="coerce").fillna(0)
+
+    if "unaudited" not in results.columns and "unaccounted" not in results.columns:
         return '<p class="none">No unaudited traffic in this period.</p>'
-    with_unaudited = results[pd.to_numeric(results["unaudited"], errors="coerce").fillna(0) > 0]
+    with_unaudited = results[(count("unaudited") > 0) | (count("unaccounted") > 0)]
     if with_unaudited.empty:
         return '<p class="none">No unaudited traffic in this period.</p>'
     newest = with_unaudited.sort_values(["window_start_ms", "topic", "tier"]).tail(MAX_UNAUDITED_ROWS)
     rows = []
     for r in newest.to_dict("records"):
-        received, unaudited = int(r.get("received") or 0), int(r["unaudited"])
+        received, unaudited = int(r.get("received") or 0), _int(r.get("unaudited"))
+        unaccounted, ids = _int(r.get("unaccounted")), _int(r.get("unaudited_producers"))
         producers = r.get("producers")
         rows.append(
             [
@@ -118,6 +136,7 @@ def unaudited_table(results: pd.DataFrame) -> str:
                 f"{received:,}",
                 f"{unaudited:,}",
                 _pct(unaudited / received if received else None),
+                f"{unaccounted:,} ({ids} producer id{'' if ids == 1 else 's'})" if unaccounted else "0",
                 "-" if producers is None or pd.isna(producers) else str(int(producers)),
                 f"{int(r['sent']):,}",
             ]
@@ -125,9 +144,22 @@ def unaudited_table(results: pd.DataFrame) -> str:
     note = (
         '<p class="meta">Messages without an audit stamp (producers that do not use AuditedProducer). '
         "Their loss cannot be measured and they are never counted as lost; share = unaudited / received. "
+        "Unaccounted: messages whose stamp names a producer id that never reported for the topic and "
+        "window (a producer whose snapshots were lost, a client that copies headers, a forged stamp); "
+        "never counted as sent, lost or duplicated. "
         f"The newest {MAX_UNAUDITED_ROWS} windows at most.</p>"
     )
-    header = ["topic", "tier", "window (UTC)", "received", "unaudited", "share", "audited producers", "sent"]
+    header = [
+        "topic",
+        "tier",
+        "window (UTC)",
+        "received",
+        "unaudited",
+        "share",
+        "unaccounted",
+        "audited producers",
+        "sent",
+    ]
     return note + html_table(header, rows)
 
 

@@ -90,9 +90,24 @@ def unaudited_cell(row: dict[str, Any]) -> str:
     return f"[yellow]{unaudited:,} ({share})[/]"
 
 
+def unaccounted_cell(row: dict[str, Any]) -> str:
+    """Return a window's unaccounted messages and their distinct stamps: ``500 (1 stamp)``; ``-`` if none.
+
+    Unaccounted messages carry a stamp naming a producer id that sent no snapshot for the topic and
+    window (a crashed producer whose snapshots were lost, a client that copies headers, a garbled or
+    forged stamp); counted apart, never as sent, lost or duplicated.
+    """
+    unaccounted = row.get("unaccounted") or 0
+    if not unaccounted:
+        return "-"
+    distinct = row.get("unaccounted_unique")
+    stamps = "" if distinct is None else f" ({distinct:,} stamp{'' if distinct == 1 else 's'})"
+    return f"[red]{unaccounted:,}{stamps}[/]"
+
+
 def _unaudited_only(row: dict[str, Any]) -> bool:
-    """Return True for a window with unaudited messages and no audited producer (``sent`` 0): no R_l."""
-    return not row.get("sent") and bool(row.get("unaudited"))
+    """Return True for a window with unaudited or unaccounted messages and no audited producer: no R_l."""
+    return not row.get("sent") and bool(row.get("unaudited") or row.get("unaccounted"))
 
 
 def results_table(
@@ -111,7 +126,9 @@ def results_table(
     by a model still calibrating for this deployment ends in ``cal.`` (dimmed): no drift alert judges it.
     The ``unaudited`` column (messages without an audit stamp and their share of the traffic,
     :func:`unaudited_cell`) appears only when a shown window has some; a window with unaudited messages
-    only (no audited producer) shows ``n/a`` for R_l and R_d, explained in the caption.
+    only (no audited producer) shows ``n/a`` for R_l and R_d, explained in the caption. Beside it, the
+    ``unaccounted`` column (messages whose stamp names a producer that never reported for the window,
+    :func:`unaccounted_cell`) appears only when a shown window has some.
     """
     from datetime import UTC, datetime
 
@@ -119,6 +136,7 @@ def results_table(
     chosen = sorted(chosen, key=lambda r: (r["window_start_ms"], r["topic"]), reverse=not final_only)[:limit]
     tiers = sorted({r["tier"] for r in chosen})
     unaudited = any(r.get("unaudited") for r in chosen)
+    unaccounted = any(r.get("unaccounted") for r in chosen)
     targets = sorted({r["gamma_target"] for r in chosen if r.get("gamma_target") is not None})
     notes = []
     if len(tiers) == 1:
@@ -131,17 +149,23 @@ def results_table(
     model = serving_model(rows.values())
     if model is not None:
         notes.append(model)
-    caption = (
-        "unaudited: messages without an audit stamp (share of what the cluster holds), never counted as "
-        "lost; n/a: no audited producer in the window, so no loss rate"
-        if unaudited
-        else None
-    )
+    captions = []
+    if unaudited:
+        captions.append(
+            "unaudited: messages without an audit stamp (share of what the cluster holds), never counted "
+            "as lost; n/a: no audited producer in the window, so no loss rate"
+        )
+    if unaccounted:
+        captions.append(
+            "unaccounted: messages whose stamp names a producer that never reported for the window "
+            "(lost snapshots, copied headers, a forged stamp), never counted as sent, lost or duplicated"
+        )
+    caption = "; ".join(captions) or None
     table = Table(
         title="kafka-audit: window results" + (f" ({', '.join(notes)})" if notes else ""), caption=caption
     )
     columns = ["topic", *(["tier"] if len(tiers) > 1 else []), "window (UTC)", "sent"]
-    columns += [*(["unaudited"] if unaudited else []), "R_l"]
+    columns += [*(["unaudited"] if unaudited else []), *(["unaccounted"] if unaccounted else []), "R_l"]
     columns += ["P_l [90%]", "R_d", "P_d", "gamma", "suggestion", "state"]
     for col in columns:
         if col == "suggestion":
@@ -161,6 +185,7 @@ def results_table(
             datetime.fromtimestamp(r["window_start_ms"] / 1000, UTC).strftime("%H:%M:%S"),
             f"{r['sent']:,}",
             *([unaudited_cell(r)] if unaudited else []),
+            *([unaccounted_cell(r)] if unaccounted else []),
             "n/a" if na else _pct(r["loss_rate"]),
             _interval(r.get("p_loss"), r.get("p_loss_lo"), r.get("p_loss_hi"))
             if not _calibrating(r)

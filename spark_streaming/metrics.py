@@ -3,6 +3,7 @@
 Metric names end in their unit (``_ratio``, ``_total``, ``_seconds``); labels are ``topic`` and ``tier``.
 Ratio gauges hold the newest final window's value; ``_total`` counters add every final window. Unaudited
 messages (no audit stamp) have their own counter and share (``unaudited_ratio``), never in ``lost``;
+unaccounted messages (a stamp naming no reporting producer) their own counter and gauge, never in ``lost``;
 ``final_wait_seconds`` is how long the newest window waits after its end before it is final.
 
 The live comparison (:mod:`spark_streaming.predict`) adds, per (topic, tier) of the newest final window:
@@ -111,6 +112,19 @@ class ResultMetrics:
         self.unaudited_ratio = Gauge(
             "kafka_audit_unaudited_ratio",
             "Unaudited / received messages of the newest final window (fraction of the topic's traffic)",
+            LABELS,
+            registry=r,
+        )
+        self.unaccounted = Counter(
+            "kafka_audit_messages_unaccounted_total",
+            "Messages whose stamp names a producer id that sent no snapshot for the topic and window "
+            "(final windows); never counted as sent, lost or duplicated",
+            LABELS,
+            registry=r,
+        )
+        self.unaccounted_window = Gauge(
+            "kafka_audit_unaccounted_messages",
+            "Unaccounted messages (stamp naming no reporting producer) of the newest final window",
             LABELS,
             registry=r,
         )
@@ -360,10 +374,17 @@ class ResultMetrics:
                 self.failed_deliveries.labels(*labels, error).inc(n)
 
     def _observe_unaudited(self, labels: tuple[str, str], row: dict[str, Any]) -> None:
-        """Count a final window's received and unaudited messages; set its unaudited share and producers."""
+        """Count a final window's received, unaudited and unaccounted messages; set its shares and producers.
+
+        ``unaccounted`` (messages whose stamp names no reporting producer) is 0 in results written before
+        the field existed.
+        """
         received, unaudited = row.get("received") or 0, row.get("unaudited") or 0
+        unaccounted = row.get("unaccounted") or 0
         self.received.labels(*labels).inc(received)
         self.unaudited.labels(*labels).inc(unaudited)
+        self.unaccounted.labels(*labels).inc(unaccounted)
+        self.unaccounted_window.labels(*labels).set(unaccounted)
         self.unaudited_ratio.labels(*labels).set(unaudited / received if received else 0.0)
         self.producers.labels(*labels).set(row.get("producers") or 0)
 

@@ -38,6 +38,7 @@ def test_rules_json_applies_overrides():
         "KafkaAuditAuditLag",
         "KafkaAuditUnauditedProducers",
         "KafkaAuditUnauditedTraffic",
+        "KafkaAuditUnaccountedMessages",
     ]
     assert rules["KafkaAuditGammaBelowTarget"]["fire_after"].startswith("3 bad")
     assert rules["KafkaAuditCompletenessBelowTarget"]["threshold"] == "99.9000%"

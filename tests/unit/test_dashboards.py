@@ -59,6 +59,8 @@ CONTRACT_METRICS = {
     "kafka_audit_control_kill_switch",
     "kafka_audit_messages_received_total",
     "kafka_audit_messages_unaudited_total",
+    "kafka_audit_messages_unaccounted_total",
+    "kafka_audit_unaccounted_messages",
     "kafka_audit_unaudited_ratio",
     "kafka_audit_producers",
     "kafka_audit_final_wait_seconds",
@@ -75,6 +77,7 @@ ALERT_NAMES = {
     "KafkaAuditAuditLag",
     "KafkaAuditUnauditedProducers",
     "KafkaAuditUnauditedTraffic",
+    "KafkaAuditUnaccountedMessages",
 }
 PROMTOOL = "/usr/bin/promtool"
 
@@ -312,7 +315,7 @@ def test_promtool_checks_the_rules_and_the_build_output(tmp_path):
     for rules in (packaged, *built):
         done = _promtool("check", "rules", str(rules))
         assert done.returncode == 0, done.stdout + done.stderr
-        assert "SUCCESS: 6 rules found" in done.stdout
+        assert "SUCCESS: 7 rules found" in done.stdout
     names = {r["alert"] for g in yaml.safe_load(packaged.read_text())["groups"] for r in g["rules"]}
     assert names == ALERT_NAMES
 

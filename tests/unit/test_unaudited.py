@@ -15,7 +15,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from alerts import AlertEngine, AlertSettings, AlertStatus
-from alerts.event import AUDIT_LAG, UNAUDITED_TRAFFIC
+from alerts.event import AUDIT_LAG, UNACCOUNTED_MESSAGES, UNAUDITED_PRODUCERS, UNAUDITED_TRAFFIC
 from dashboards.report import render
 from dashboards.report_tables import summary_table, unaudited_table
 from kafka_audit import instances
@@ -219,3 +219,64 @@ def test_quiet_librdkafka_silences_fd_2_inside_the_block_only(capfd):
         os.write(2, b"%3|FAIL|rdkafka#producer-1| Connection refused\n")
     os.write(2, b"after\n")
     assert capfd.readouterr().err == "after\n"
+
+
+def forged(i: int, **kw: Any) -> dict[str, Any]:
+    """Issue 36's kcat case: 500 copies of one forged stamp beside an audited producer's 1,592 messages."""
+    base = dict(
+        sent=1_592,
+        received=2_092,
+        unique=1_592,
+        unaccounted=500,
+        unaccounted_unique=1,
+        unaudited_producers=1,
+    )
+    return window(i, **{**base, **kw})
+
+
+def test_unaccounted_messages_fire_their_own_alert_and_are_never_loss():
+    engine = AlertEngine(AlertSettings())
+    events = engine.observe([forged(0)], T0)
+    (ev,) = only(events, UNACCOUNTED_MESSAGES)
+    assert ev.status is AlertStatus.FIRING and ev.severity == "warning"
+    assert ev.value == 500 and ev.numbers["unaccounted"] == 500
+    assert "500 message(s) stamped by 1 producer id(s) that never reported" in ev.summary
+    assert "1 distinct stamp(s)" in ev.description and "never as sent, lost or duplicated" in ev.description
+    assert [e for e in events if e.alertname.startswith("KafkaAuditCompleteness")] == []
+    assert len(only(events, UNAUDITED_PRODUCERS)) == 1  # the producer id, as before
+    assert only(engine.observe([window(1, unaccounted=0)], T0 + 1), UNACCOUNTED_MESSAGES) == []
+    (res,) = only(engine.observe([window(2, unaccounted=0)], T0 + 2), UNACCOUNTED_MESSAGES)
+    assert res.status is AlertStatus.RESOLVED
+    # results written before the field: unknown, no alert; a threshold tolerates a few
+    assert only(AlertEngine(AlertSettings()).observe([window(0)], T0), UNACCOUNTED_MESSAGES) == []
+    tolerant = AlertEngine(AlertSettings(unaccounted_threshold=500))
+    assert only(tolerant.observe([forged(0)], T0), UNACCOUNTED_MESSAGES) == []
+    disabled = AlertEngine(AlertSettings(disabled_rules=[UNACCOUNTED_MESSAGES]))
+    assert only(disabled.observe([forged(0)], T0), UNACCOUNTED_MESSAGES) == []
+
+
+def test_metrics_table_and_report_show_unaccounted_beside_unaudited():
+    m = ResultMetrics()
+    m.observe([forged(0), forged(1, state="provisional", unaccounted=7)], [], [])
+    value = m.registry.get_sample_value
+    labels = {"topic": "orders", "tier": "cluster:local"}
+    assert value("kafka_audit_messages_unaccounted_total", labels) == 500  # final windows only
+    assert value("kafka_audit_unaccounted_messages", labels) == 500
+    assert value("kafka_audit_messages_lost_total", labels) == 0
+    assert value("kafka_audit_messages_duplicated_total", labels) == 0
+    rows = {(r["topic"], r["window_start_ms"], r["tier"]): r for r in (forged(0), kcat_only(0))}
+    text = _render(results_table(rows, {}))
+    header = text.splitlines()[2]
+    assert header.index("unaudited") < header.index("unaccounted") < header.index("R_l")
+    orders = next(line for line in text.splitlines() if "orders" in line)
+    assert "500 (1 stamp)" in orders
+    assert "never reported" in " ".join(text.split())
+    assert "unaccounted" not in _render(results_table({("orders", T0, "cluster:local"): window(0)}, {}))
+    results = pd.DataFrame([forged(0), kcat_only(0)])
+    summary = summary_table(results)
+    assert "<th>unaccounted</th>" in summary and "<td>500</td>" in summary
+    per_window = unaudited_table(results)
+    assert per_window.count("<tr>") == 3 and "500 (1 producer id)" in per_window
+    assert "never counted as sent, lost or duplicated" in per_window
+    only_forged = unaudited_table(pd.DataFrame([forged(0)]))  # no unaudited message, still listed
+    assert only_forged.count("<tr>") == 2 and "<td>0</td>" in only_forged
