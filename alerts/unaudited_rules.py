@@ -43,7 +43,8 @@ class UnauditedProducersRule(WindowRule):
         n = number_field(result, "unaudited_producers")
         if n is None:
             return Observation(bad=None)
-        messages = number_field(result, "unaudited") or 0.0
+        unaccounted = number_field(result, "unaccounted")
+        carried = f" ({unaccounted:,.0f} messages carry their stamps: unaccounted)" if unaccounted else ""
         return window_observation(
             result,
             bad=n > self.threshold,
@@ -53,7 +54,7 @@ class UnauditedProducersRule(WindowRule):
             suggestion=window_suggestion(result) or UNAUDITED_SUGGESTION,
             description=(
                 f"{window_place(result)}: the cluster holds messages of {n:.0f} producer id(s) that sent "
-                f"no audit snapshot ({messages:,.0f} messages without stamps); their loss cannot be measured."
+                f"no audit snapshot{carried}; their loss cannot be measured."
             ),
         )
 
