@@ -27,13 +27,17 @@ from pyroaring import BitMap64
 
 from audit_consumer import latency
 from audit_record.stamp import (
+    PRODUCER_ID_BYTES,
     SEQUENCE_BYTEORDER,
     SEQUENCE_BYTES,
     SEQUENCE_LIMIT,
     STAMP_HEADER,
+    STAMP_HEADER_V1,
     MalformedStampError,
-    producer_id_text,
+    decode_varint,
+    is_v1_id,
     stamp_of,
+    v2_id_bytes,
 )
 from audit_record.windows import window_start
 
@@ -212,18 +216,51 @@ VALID_PID_CACHE_SIZE = 100_000
 
 
 def check_pid(valid_pids: dict[bytes, bool], pid: bytes) -> bool:
-    """Return whether ``pid`` is a valid producer id (:func:`audit_record.stamp.producer_id_text`).
+    """Return whether ``pid`` is a valid v1 producer id (:func:`audit_record.stamp.is_v1_id`).
 
     Valid ids are remembered in ``valid_pids`` (up to :data:`VALID_PID_CACHE_SIZE`), so the hot path
     validates each id once; invalid ones are never remembered.
     """
-    try:
-        producer_id_text(pid)
-    except MalformedStampError:
+    if not is_v1_id(pid):
         return False
     if len(valid_pids) < VALID_PID_CACHE_SIZE:
         valid_pids[pid] = True
     return True
+
+
+_V2_IDS: dict[bytes, bytes] = {}
+"""v2 ids seen by :func:`count_batch`: 8 raw bytes -> text form bytes (up to VALID_PID_CACHE_SIZE)."""
+
+# A v2 stamp of n <= _STAMP_FAST bytes (a varint of n - 8 <= 6 bytes) whose varint, read as a
+# little-endian int, is x is valid when x & _HI[n] == _CONT[n] (continuation bit on every byte but the
+# last; _CONT[n] = -1 below 9 bytes: no varint) and x >= _MIN[n] (a last byte > 0: minimal); its value
+# is x's 7-bit groups packed together. Longer (or invalid) varints take decode_varint.
+_VARINT_FAST = 6
+_STAMP_FAST = PRODUCER_ID_BYTES + _VARINT_FAST
+_HI = tuple(sum(0x80 << 8 * i for i in range(max(0, n - PRODUCER_ID_BYTES))) for n in range(_STAMP_FAST + 1))
+_CONT = tuple(
+    -1 if n <= PRODUCER_ID_BYTES else sum(0x80 << 8 * i for i in range(n - PRODUCER_ID_BYTES - 1))
+    for n in range(_STAMP_FAST + 1)
+)
+_MIN = tuple(
+    0 if n <= PRODUCER_ID_BYTES + 1 else 1 << 8 * (n - PRODUCER_ID_BYTES - 1) for n in range(_STAMP_FAST + 1)
+)
+
+
+def v2_sequence(tail: bytes) -> int:
+    """Return a v2 stamp's sequence (:func:`audit_record.stamp.decode_varint`); -1 if invalid."""
+    try:
+        return decode_varint(tail)
+    except MalformedStampError:
+        return -1
+
+
+def v2_pid(ids: dict[bytes, bytes], raw: bytes) -> bytes:
+    """Return the text form bytes of a v2 id from its 8 raw bytes, remembered in ``ids`` (bounded)."""
+    pid = v2_id_bytes(raw)
+    if len(ids) < VALID_PID_CACHE_SIZE:
+        ids[raw] = pid
+    return pid
 
 
 def count_batch(
@@ -237,9 +274,10 @@ def count_batch(
 ) -> int:
     """Count a batch of consumed messages into their partitions' state: the audit consumer's hot path.
 
-    Per message it does what :func:`audit_record.stamp.decode` and :meth:`PartitionCounts.observe` define
-    (the stamp's producer id and sequence, the window ``ts - ts % window_ms``, counters and duplicate
-    detection), inlined, with the shared constants bound to locals. Late messages go through ``observe``.
+    Per message it does what :func:`audit_record.stamp.read` and :meth:`PartitionCounts.observe` define
+    (the stamp's producer id and sequence, v1 or v2, the window ``ts - ts % window_ms``, counters and
+    duplicate detection), inlined, with the shared constants bound to locals. Late messages go through
+    ``observe``.
 
     Args:
         msgs: Consumed messages (``confluent_kafka.Message`` or anything with its methods ``error``,
@@ -251,14 +289,18 @@ def count_batch(
             assigned partition is counted (the consumer begins its transaction there).
         on_error: Called with each message whose ``error()`` is set (EOF included); may raise.
         dead_letter: Called as ``dead_letter(message, reason, detail)`` for a message that cannot be
-            counted: reason ``no_timestamp`` or ``bad_stamp`` (a stamp that ``decode`` rejects).
+            counted: reason ``no_timestamp`` or ``bad_stamp`` (a stamp that ``read`` rejects).
 
     Returns:
         Messages counted (late ones included; errors, dead letters and skipped messages excluded).
     """
-    header, nbytes, order, limit = STAMP_HEADER, SEQUENCE_BYTES, SEQUENCE_BYTEORDER, SEQUENCE_LIMIT
-    cut = -nbytes  # the stamp is producer_id || sequence (SEQUENCE_BYTES bytes)
-    valid = valid_pids
+    header, nbytes, order, limit = STAMP_HEADER_V1, SEQUENCE_BYTES, SEQUENCE_BYTEORDER, SEQUENCE_LIMIT
+    cut = -nbytes  # a v1 stamp is producer_id || sequence (SEQUENCE_BYTES bytes)
+    header2, idb, fast, hi_t, cont_t, min_t = STAMP_HEADER, PRODUCER_ID_BYTES, _STAMP_FAST, _HI, _CONT, _MIN
+    from_le = int.from_bytes
+    v2_raw: bytes | None = None  # the last v2 id's 8 bytes, and its text form v2_pid_
+    v2_pid_ = b""
+    valid, ids = valid_pids, _V2_IDS
     received, duplicated, size, dirty, seqs_at, lats_at = RECEIVED, DUPLICATED, BYTES, DIRTY, SEQS, LATS
     last_topic: str | None = None
     last_part = -1
@@ -273,6 +315,7 @@ def count_batch(
     # partition mostly share (window, producer id); the bucket, its latency list's append and its sequence
     # set are then reused without a dict lookup (c_lo <= ts < c_hi is ts's window being c_lo).
     c_pid: bytes | None = None
+    v1_pid: bytes | None = None  # the last v1 id validated
     c_lo = c_hi = 0  # empty range: no bucket yet
     b: list = []
     lats_append: Callable[[int], None] = b.append
@@ -305,19 +348,45 @@ def count_batch(
             dead_letter(m, "no_timestamp", "message has no timestamp")
             continue
         hdrs = m.headers()
-        stamp = (hdrs[0][1] or b"") if hdrs and hdrs[0][0] == header else stamp_of(hdrs)
-        if stamp is None:
+        if hdrs:
+            k0, stamp = hdrs[0]
+            if k0 != header2 and k0 != header:
+                found = stamp_of(hdrs)
+                k0, stamp = found if found is not None else (None, None)
+        else:
+            k0 = stamp = None
+        if k0 is None:
             pid = None
             seq = 0
-        else:
+        elif k0 == header2:  # v2: 8 id bytes || varint(sequence)
+            if stamp is None:
+                stamp = b""
+            slen = len(stamp)
+            x = from_le(stamp, "little") >> 64  # the varint's bytes as a little-endian int
+            if slen <= fast and x & hi_t[slen] == cont_t[slen] and x >= min_t[slen]:
+                seq = x & 0x7F | x >> 1 & 0x3F80 | x >> 2 & 0x1FC000 | x >> 3 & 0xFE00000
+                if slen > 12:
+                    seq |= x >> 4 & 0x7F0000000 | x >> 5 & 0x3F800000000
+            else:
+                seq = v2_sequence(stamp[idb:]) if slen > idb else -1
+            if seq < 0:
+                dead_letter(m, "bad_stamp", f"audit stamp header of {slen} bytes is malformed")
+                continue
+            raw = stamp[:idb]
+            if raw != v2_raw:
+                v2_raw, v2_pid_ = raw, ids.get(raw) or v2_pid(ids, raw)
+            pid = v2_pid_
+        else:  # v1: producer id || 8-byte sequence
+            stamp = stamp or b""
             pid = stamp[:cut]
             seq = int.from_bytes(stamp[cut:], order)
-            # c_pid, when not None, is a valid id, so a stamp that starts with it is longer than nbytes
+            # v1_pid, when not None, is a valid v1 id, so a stamp that starts with it is longer than nbytes
             if seq >= limit or (
-                pid != c_pid and (len(stamp) <= nbytes or not (valid.get(pid) or check_pid(valid, pid)))
+                pid != v1_pid and (len(stamp) <= nbytes or not (valid.get(pid) or check_pid(valid, pid)))
             ):
                 dead_letter(m, "bad_stamp", f"audit stamp header of {len(stamp)} bytes is malformed")
                 continue
+            v1_pid = pid
         n += 1
         if ts > max_ts:
             max_ts = ts

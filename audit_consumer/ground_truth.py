@@ -4,8 +4,8 @@ The paper's method (Sec. V-A): compare the unique keys found with what was sent.
 audit stamp ``(producer id, sequence)``; a message belongs to the window of its own CreateTime. The
 number sent per (window, producer) comes from the producers' final snapshots in the audit topic
 (cross-checked against the sequence range they report). This code shares only the definitions of
-:mod:`audit_record.stamp` (the stamp, decoded by the reference :func:`~audit_record.stamp.decode`) with the
-audit consumer, never its counting code, on purpose: it is what every measurement is checked against.
+:mod:`audit_record.stamp` (the stamp, v1 or v2, decoded by the reference :func:`~audit_record.stamp.read`)
+with the audit consumer, never its counting code, on purpose: it is what every measurement is checked against.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from typing import Any
 from audit_record import PRODUCER_TIER
 from audit_record.rates import duplicate_rate, loss_rate
 from audit_record.reader import SnapshotTable, read_audit_log
-from audit_record.stamp import decode as decode_stamp
-from audit_record.stamp import stamp_of
+from audit_record.stamp import read as read_stamp
 from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.topics import TopicError, read_to_end
 
@@ -141,7 +140,7 @@ def tally(messages: Iterable[Any], topic: str, window_ms: int) -> Verification:
 
     The verifier's per-message loop. A message belongs to the window of its CreateTime
     (``ts - ts % window_ms``, inlined :func:`audit_record.windows.window_start`); its identity is its stamp
-    (:func:`audit_record.stamp.stamp_of`, :func:`audit_record.stamp.decode`). A message without a stamp
+    (either format: :func:`audit_record.stamp.read`). A message without a stamp
     is unaudited (producer id None); one whose stamp does not decode counts in ``malformed_stamps`` only.
 
     Args:
@@ -160,16 +159,15 @@ def tally(messages: Iterable[Any], topic: str, window_ms: int) -> Verification:
         result.messages += 1
         ts = m.timestamp()[1]
         start = ts - ts % window_ms
-        stamp = stamp_of(m.headers())
         pid: str | None = None
         seq = -1
+        try:
+            stamp = read_stamp(m.headers())
+        except ValueError:
+            result.malformed_stamps += 1
+            continue
         if stamp is not None:
-            try:
-                pid_bytes, seq = decode_stamp(stamp)
-                pid = pid_bytes.decode()
-            except ValueError:
-                result.malformed_stamps += 1
-                continue
+            pid, seq = stamp[0].decode(), stamp[1]
         row = rows.get((start, pid))
         if row is None:
             row = rows[(start, pid)] = WindowTruth(topic, start, pid)

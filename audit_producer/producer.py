@@ -61,7 +61,7 @@ from audit_producer.window_counts import (
     new_window,
 )
 from audit_record import ProducerConfig, now_ms
-from audit_record.stamp import STAMP_HEADER, encode_prefix, new_producer_id
+from audit_record.stamp import encode_prefix, header_key, new_producer_id
 from kafka_plumbing.errors import ConfigError
 from kafka_plumbing.security import client_config
 from kafka_plumbing.topics import connection_config
@@ -157,6 +157,7 @@ class AuditedProducer(ProducerStatus, InnerProducerMethods):
         "_seq",
         "_snapshots",
         "_stamp",
+        "_stamp_key",
         "_statistics",
         "_tcp_drain",
         "_tick_at",
@@ -181,7 +182,7 @@ class AuditedProducer(ProducerStatus, InnerProducerMethods):
         self.settings = audit or ProducerAuditSettings()
         cfg = client_config(config)  # security from KAFKA_AUDIT_KAFKA_* unless config names it
         self.client_id = str(cfg.get("client.id", "rdkafka"))
-        self.producer_id = new_producer_id(self.client_id)
+        self.producer_id = new_producer_id(self.client_id, self.settings.stamp_version)
         self.reliability = reliability_config(cfg, self.settings.poll_interval_ms)
         self.group = self.settings.group or self.client_id
         self._autotune = self.settings.autotune if autotune is None else autotune
@@ -214,8 +215,8 @@ class AuditedProducer(ProducerStatus, InnerProducerMethods):
         # The audit topic check (network I/O) happens in check(), not here.
         self._audit_topic = AuditTopicWriter(self._conn, self.client_id, self.settings.audit_topic)
 
-        self._prefix = encode_prefix(self.producer_id)
-        self._stamp = stamp_packer(self._prefix)  # audit_record.stamp.encode in one C call
+        self._prefix, self._stamp_key = encode_prefix(self.producer_id), header_key(self.producer_id)
+        self._stamp = stamp_packer(self._prefix, self.settings.stamp_version)  # audit_record.stamp.encode
         self._seq = 0
         # The hot window (see "The hot path" below): the (topic, window) of the last message produced,
         # with the counts not yet added to its list.
@@ -329,7 +330,7 @@ class AuditedProducer(ProducerStatus, InnerProducerMethods):
                 self._hot_report,
                 None,
                 now,
-                [(STAMP_HEADER, stamp(self._prefix, seq))],
+                [(self._stamp_key, stamp(self._prefix, seq))],
             )
             self._seq = seq
             if value is not None:
@@ -361,13 +362,13 @@ class AuditedProducer(ProducerStatus, InnerProducerMethods):
             known = self._windows.get((topic, start))
             w = known if known is not None else new_window(seq, now)
             self._reports.bind(w, self._generation)
-        stamp = self._stamp(self._prefix, seq)
+        stamp = (self._stamp_key, self._stamp(self._prefix, seq))
         if headers is None:
-            hdrs: list[tuple[str, Any]] = [(STAMP_HEADER, stamp)]
+            hdrs: list[tuple[str, Any]] = [stamp]
         elif isinstance(headers, dict):
-            hdrs = [(STAMP_HEADER, stamp), *headers.items()]
+            hdrs = [stamp, *headers.items()]
         else:
-            hdrs = [(STAMP_HEADER, stamp), *headers]
+            hdrs = [stamp, *headers]
         report = w[_REPORT_CB] if callback is None else chain(w[_COUNT_CB], callback)
         self._produce(topic, value, key, partition, report, None, ts, hdrs)
         if not hot:  # the message is out: its window becomes the hot one (a new one is kept from now on)

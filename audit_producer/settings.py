@@ -44,6 +44,9 @@ class ProducerAuditSettings(BaseSettings):
             (:mod:`audit_producer.tcp_backlog`; acks=0 reports a message at the socket write), at most
             this long, ms; 0: it does not wait, and snapshots report ``in_flight_bytes`` null
             (docs/DESIGN.md, invariant 8).
+        stamp_version: The audit stamp format written (:mod:`audit_record.stamp`): 2 (16 bytes of header
+            key + value per message) or 1 (the format before 2, kept for mixed-topic tests and
+            benchmarks); readers take both.
 
     Example:
         >>> from audit_producer import ProducerAuditSettings
@@ -68,3 +71,4 @@ class ProducerAuditSettings(BaseSettings):
     autotune_probation_reports: int = Field(5, ge=1)
     autotune_probation_ms: int = Field(60_000, gt=0)
     tcp_drain_wait_ms: int = Field(DEFAULT_TCP_DRAIN_WAIT_MS, ge=0)
+    stamp_version: Literal[1, 2] = 2

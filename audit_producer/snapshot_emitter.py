@@ -10,7 +10,12 @@ ran with, its own network (D, L) and its deliveries per partition with their lea
 
 from __future__ import annotations
 
+import os
+import socket
+from importlib import metadata
 from typing import Any
+
+import confluent_kafka
 
 from audit_producer.audit_topic_writer import AuditTopicWriter
 from audit_producer.client_statistics import ClientStatistics
@@ -28,6 +33,11 @@ from audit_producer.window_counts import (
     partition_deliveries,
     window_snapshots,
 )
+from audit_record import ProducerIdentity, now_ms
+from audit_record.stamp import version_of
+
+LIBRARY = "kafka-audit-python"
+"""The audited client library's name in the snapshots' producer identity."""
 
 SETTLE_MARGIN_MS = 2_000
 """With ``delivery_reports="errors"``: a window settles this long after its messages' timeout, ms."""
@@ -77,6 +87,7 @@ class SnapshotEmitter:
         self.statistics = statistics
         self.tcp_drain = tcp_drain
         self.audit_topic = audit_topic
+        self.identity = process_identity(client_id, producer_id)
 
     def settled(self, w: list[Any], now: int, held: int, timeout_ms: int) -> bool:
         """Whether window ``w``'s messages have all been reported on (or timed out), not counting TCP.
@@ -157,8 +168,34 @@ class SnapshotEmitter:
             network=self.statistics.network_during(start, end),
             in_flight_bytes=self.tcp_drain.in_flight_bytes((topic, start)),
             partitions=partition_deliveries(w, self.statistics.leaders, topic, start, end),
+            identity=self.identity,
         ):
             self.audit_topic.send(record)
 
 
-__all__ = ["SETTLE_MARGIN_MS", "SnapshotEmitter", "WindowKey"]
+def process_identity(client_id: str, producer_id: str) -> ProducerIdentity:
+    """Return who the producer instance ``producer_id`` of this process is (its snapshots carry it).
+
+    Args:
+        client_id: The producer's ``client.id``.
+        producer_id: Its instance id (:func:`audit_record.stamp.new_producer_id`), drawn now.
+
+    Raises:
+        MalformedStampError: if ``producer_id`` is not a valid id.
+    """
+    try:
+        version = metadata.version("kafka-audit")
+    except metadata.PackageNotFoundError:  # run from a source tree without an install
+        version = "unknown"
+    return ProducerIdentity(
+        client_id=client_id,
+        host=socket.gethostname(),
+        process_id=os.getpid(),
+        started_at_ms=now_ms(),
+        library=LIBRARY,
+        library_version=f"{version} (librdkafka {confluent_kafka.libversion()[0]})",
+        stamp_version=version_of(producer_id),
+    )
+
+
+__all__ = ["LIBRARY", "SETTLE_MARGIN_MS", "SnapshotEmitter", "WindowKey", "process_identity"]

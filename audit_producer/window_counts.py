@@ -15,7 +15,14 @@ from typing import Any
 from confluent_kafka import KafkaError, Message
 
 from audit_producer.leaders import LeaderHistory
-from audit_record import PRODUCER_TIER, AuditRecord, NetworkStats, PartitionDelivery, ProducerConfig
+from audit_record import (
+    PRODUCER_TIER,
+    AuditRecord,
+    NetworkStats,
+    PartitionDelivery,
+    ProducerConfig,
+    ProducerIdentity,
+)
 
 # Indices into the per-window count list. The callbacks' three hold the window's delivery-report
 # callbacks for the running inner producer (see "The hot path" in AuditedProducer).
@@ -153,6 +160,7 @@ def window_snapshots(
     network: NetworkStats,
     in_flight_bytes: int | None,
     partitions: list[PartitionDelivery],
+    identity: ProducerIdentity | None = None,
 ) -> list[AuditRecord]:
     """Return the snapshots of one window: its counts, and one more per extra configuration it ran with.
 
@@ -181,6 +189,7 @@ def window_snapshots(
         network: The window's network statistics.
         in_flight_bytes: Bytes not yet acknowledged by TCP (None: not watched).
         partitions: :func:`partition_deliveries` of the window.
+        identity: Who the producer instance is (on the window's snapshot; None: not sent).
     """
     records = [
         AuditRecord(
@@ -201,6 +210,7 @@ def window_snapshots(
             producer_config=configs[0],
             network=network,
             partitions=partitions,
+            producer_identity=identity,
         )
     ]
     for n, config in enumerate(configs[1:], 1):

@@ -28,8 +28,10 @@ SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 _HEADER_LEN = 10
 WRITER_VERSIONS: dict[str, tuple[str, ...]] = {
     # v1: before NetworkStats.tcp_retransmit_pct; v2: before the per-partition delivery reports;
-    # v3: before NetworkStats.rtt_min_ms; v4: before in_flight_bytes; v5: before NetworkStats.tcp_timeout_pct
+    # v3: before NetworkStats.rtt_min_ms; v4: before in_flight_bytes; v5: before NetworkStats.tcp_timeout_pct;
+    # v6: before producer_identity (who a v2 stamp's random producer id is, issue 36)
     "audit_record": (
+        "audit_record.v6",
         "audit_record.v5",
         "audit_record.v4",
         "audit_record.v3",

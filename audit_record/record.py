@@ -122,6 +122,33 @@ class ProducerConfig:
 
 
 @dataclass(slots=True, kw_only=True)
+class ProducerIdentity:
+    """Who an audited producer instance is: sent in its snapshots, as v2 stamps carry only a random id.
+
+    Attributes:
+        client_id: The producer's librdkafka ``client.id``.
+        host: Host name of the producer process.
+        process_id: Operating-system process id.
+        started_at_ms: When the instance started (its id was drawn), ms since the epoch UTC.
+        library: The audited client library (``kafka-audit-python``).
+        library_version: Its version (with librdkafka's).
+        stamp_version: The audit stamp format the instance writes (1 or 2).
+    """
+
+    client_id: str
+    host: str
+    process_id: int
+    started_at_ms: int
+    library: str
+    library_version: str
+    stamp_version: int = 2
+
+    def name(self) -> str:
+        """Return the readable name of the instance: ``<client.id>@<host>.<process id>``."""
+        return f"{self.client_id}@{self.host}.{self.process_id}"
+
+
+@dataclass(slots=True, kw_only=True)
 class NetworkStats:
     """What a producer knows of its network, from librdkafka statistics (``STATISTICS.md``).
 
@@ -216,6 +243,7 @@ class AuditRecord:
     producer_config: ProducerConfig | None = None
     network: NetworkStats | None = None
     partitions: list[PartitionDelivery] = field(default_factory=list)
+    producer_identity: ProducerIdentity | None = None
 
     def key(self) -> str:
         """Snapshot identity ``tier|source|producer_id|topic|partition|window_start_ms``.
@@ -294,6 +322,8 @@ class AuditRecord:
             values["producer_config"] = ProducerConfig(**values["producer_config"])
         if values.get("network") is not None:
             values["network"] = NetworkStats(**values["network"])
+        if values.get("producer_identity") is not None:
+            values["producer_identity"] = ProducerIdentity(**values["producer_identity"])
         values["partitions"] = [
             PartitionDelivery(**{**p, "failed_by_error": dict(p.get("failed_by_error") or {})})
             for p in values.get("partitions") or ()

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from rich.table import Table
 
 from audit_consumer.ground_truth import Verification
-from audit_record import AuditRecord, cluster_tier
+from audit_record import PRODUCER_TIER, AuditRecord, cluster_tier
 from audit_record.rates import duplicate_rate, loss_rate
 from audit_record.reader import SnapshotTable
 
@@ -44,6 +44,27 @@ def cluster_counts(
     return out
 
 
+def producer_names(table: SnapshotTable | None) -> dict[str, str]:
+    """Return ``<client.id>@<host>.<pid>`` of every producer id whose snapshots say who it is.
+
+    A v2 stamp carries only a random id (:mod:`audit_record.stamp`); the producer's snapshots carry its
+    :class:`~audit_record.ProducerIdentity`. Ids without one (v1 producers, whose id is its name, or
+    snapshots written before the field existed) are left out.
+    """
+    names: dict[str, str] = {}
+    for rec in table.tier(PRODUCER_TIER) if table is not None else ():
+        if rec.producer_id is not None and rec.producer_identity is not None:
+            names[rec.producer_id] = rec.producer_identity.name()
+    return names
+
+
+def _names_cell(pids: list[str], names: dict[str, str], most: int = 3) -> str:
+    """Return a window's producers by readable name (else id), at most ``most`` then ``+N``."""
+    shown = sorted(names.get(p, p) for p in pids)
+    more = f" +{len(shown) - most}" if len(shown) > most else ""
+    return ", ".join(shown[:most]) + more
+
+
 def compare_with_cluster(v: Verification, cluster: str) -> list[Mismatch]:
     """Every difference between the verifier's rows and the audit consumer's snapshots (empty = exact)."""
     assert v.audit_log is not None
@@ -68,8 +89,13 @@ def _fmt_rate(x: float | None) -> str:
 
 
 def verification_table(v: Verification, mismatches: list[Mismatch] | None = None) -> Table:
-    """Build a rich table of the verifier's per-window totals (and whether the audit consumer agrees)."""
+    """Build a rich table of the verifier's per-window totals (and whether the audit consumer agrees).
+
+    With the audit log read (``v.audit_log``), a ``producer names`` column names each window's producers
+    by their snapshots' identity (:func:`producer_names`), else by id.
+    """
     bad = {(m.window_start_ms) for m in mismatches or []}
+    names = producer_names(v.audit_log)
     table = Table(title=f"{v.topic}: ground truth per window ({v.window_ms // 1000} s windows)")
     for col in (
         "window (UTC)",
@@ -83,6 +109,8 @@ def verification_table(v: Verification, mismatches: list[Mismatch] | None = None
         "R_d",
     ):
         table.add_column(col, justify="right")
+    if v.audit_log is not None:
+        table.add_column("producer names", justify="left")
     if mismatches is not None:
         table.add_column("audit consumer", justify="center")
     by_window: dict[int, list] = defaultdict(list)
@@ -105,6 +133,8 @@ def verification_table(v: Verification, mismatches: list[Mismatch] | None = None
             _fmt_rate(loss_rate(sent, unique)),
             _fmt_rate(duplicate_rate(sent, dup)),
         ]
+        if v.audit_log is not None:
+            cells.append(_names_cell([r.producer_id for r in rows], names))
         if mismatches is not None:
             cells.append("[red]differs[/]" if start in bad else "[green]exact[/]")
         table.add_row(*cells)

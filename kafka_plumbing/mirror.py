@@ -9,8 +9,8 @@ mode* with a generated ``mm2.properties``:
   ``topics`` = the regexes to replicate (MM2's default ``topics.exclude`` keeps internal topics such as
   ``__kafka_audit`` and ``__consumer_offsets`` out).
 * Key, value **and header** converters are ``ByteArrayConverter``: records, their CreateTime and their
-  headers (the audit stamp ``kafka-audit.stamp``) are copied as bytes, unchanged. The target partition
-  is the source partition.
+  headers (the audit stamp, ``~a`` or v1 ``kafka-audit.stamp``) are copied as bytes, unchanged. The
+  target partition is the source partition.
 * ``replication.policy.class``: ``DefaultReplicationPolicy`` (copies are named ``<source>.<topic>``) or
   ``IdentityReplicationPolicy`` (same name); :mod:`kafka_plumbing.replication` maps the names back.
 * ``sync.group.offsets.enabled = false``; checkpoints and heartbeats every ``emit_interval_s``; topic

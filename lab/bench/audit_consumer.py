@@ -1,7 +1,11 @@
 """Benchmark (not a test): the audit consumer against the floors of reading a stamped backlog in Python.
 
-Every consumer reads the same pre-produced topic (``--messages`` audited 100-byte messages, one stamp
-header each, ``--partitions`` partitions) from the start, with a new consumer group, on a local broker:
+Every consumer reads a pre-produced topic (``--messages`` audited 100-byte messages, one stamp
+header each, ``--partitions`` partitions) from the start, with a new consumer group, on a local broker.
+There are two such topics, one written with the stamp format v2 and one with v1 (``audit_record.stamp``):
+the header-read floor and the audit consumer read both, side by side ("stamp v1" / "stamp v2" rows;
+"stamp B/msg" is the stamp header's key + value read back from the topic, mean over its first batch);
+the other rows read v2.
 
 * bare confluent-kafka loops, ``consume(5000)``, librdkafka's default configuration (the baselines of
   issue 17): ``value()`` only; ``value()`` + ``headers()``;
@@ -55,6 +59,7 @@ from rich.table import Table
 from audit_consumer.consumer import FETCH_QUEUE_BACKOFF_MS, AuditConsumer
 from audit_consumer.settings import AuditConsumerSettings
 from audit_producer import AuditedProducer, ProducerAuditSettings
+from audit_record.stamp import stamp_of
 from kafka_plumbing.jvm import classpath, java_executable
 from kafka_plumbing.local_cluster import KafkaCluster
 from kafka_plumbing.topics import ensure_topic
@@ -77,11 +82,18 @@ def load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def pre_produce(conf: dict[str, Any], topic: str, n: int, audit_topic: str) -> None:
-    """Write ``n`` audited 100-byte messages to ``topic`` (AuditedProducer, errors-only reports)."""
-    p = AuditedProducer(
-        {**conf, "linger.ms": 5}, ProducerAuditSettings(delivery_reports="errors", audit_topic=audit_topic)
-    )
+def pre_produce(conf: dict[str, Any], topic: str, n: int, audit_topic: str, version: int = 2) -> None:
+    """Write ``n`` audited 100-byte messages to ``topic`` (AuditedProducer, errors-only reports).
+
+    Args:
+        conf: librdkafka configuration (the bootstrap servers).
+        topic: The data topic.
+        n: Messages.
+        audit_topic: Where the producer's snapshots go.
+        version: The stamp format written (1 or 2).
+    """
+    audit = ProducerAuditSettings(delivery_reports="errors", audit_topic=audit_topic, stamp_version=version)
+    p = AuditedProducer({**conf, "linger.ms": 5}, audit)
     p.check()
     for i in range(n):
         while True:
@@ -114,6 +126,20 @@ def read_values_and_headers(msgs: list[Message]) -> int:
             m.headers()
             got += 1
     return got
+
+
+def stamp_bytes(conf: dict[str, Any], topic: str) -> float:
+    """Return the mean stamp header key + value bytes of the first batch read back from ``topic``."""
+    c = Consumer({**conf, "group.id": f"bench-size-{uuid.uuid4().hex}", "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    sizes: list[int] = []
+    while not sizes:
+        for m in c.consume(BATCH, 1.0):
+            found = stamp_of(m.headers()) if m.error() is None else None
+            if found is not None:
+                sizes.append(len(found[0].encode()) + len(found[1]))
+    c.close()
+    return statistics.mean(sizes)
 
 
 Measured = tuple[float, float | None]
@@ -302,9 +328,11 @@ def bench_perf_test(bootstrap: str, topic: str, n: int) -> Measured:
 BARE_DEFAULT = "bare loop, librdkafka defaults"
 HEADERS_DEFAULT = "bare + headers(), defaults"
 BARE_FLOOR = "bare floor (audit fetch config)"
-HEADER_FLOOR = "header-read floor (same config)"
+HEADER_FLOOR = "header-read floor (stamp v2)"
+HEADER_FLOOR_V1 = "header-read floor (stamp v1)"
 PERF_TEST = "kafka-consumer-perf-test (JVM)"
-AUDIT = "audit consumer, 1 instance"
+AUDIT = "audit consumer, 1 instance (stamp v2)"
+AUDIT_V1 = "audit consumer, 1 instance (stamp v1)"
 GROUP_1 = "audit group, 1 process"
 GROUP_2 = "audit group, 2 processes (sum)"
 
@@ -325,6 +353,7 @@ def main() -> None:
     load_before = load()
     results: dict[str, list[float]] = {}
     cpus: dict[str, list[float]] = {}
+    sizes: dict[str, float] = {}  # stamp B/msg by "v1" / "v2"
     with tempfile.TemporaryDirectory() as tmp:
         cluster = KafkaCluster.create(Path(tmp), brokers=1)
         with console.status("starting Kafka ..."):
@@ -333,17 +362,22 @@ def main() -> None:
             bootstrap = cluster.bootstrap_servers
             conf = {"bootstrap.servers": bootstrap}
             data = f"bench.data.{uuid.uuid4().hex[:8]}"
-            ensure_topic(conf, data, args.partitions)
-            with console.status(f"pre-producing {n:,} audited messages ..."):
-                pre_produce(conf, data, n, f"bench.audit.{uuid.uuid4().hex[:8]}")
+            data_v1 = f"{data}.v1"
+            for version, t in ((2, data), (1, data_v1)):
+                ensure_topic(conf, t, args.partitions)
+                with console.status(f"pre-producing {n:,} audited messages, stamp v{version} ..."):
+                    pre_produce(conf, t, n, f"bench.audit.{uuid.uuid4().hex[:8]}", version)
+                sizes[f"v{version}"] = stamp_bytes(conf, t)
             fast = {**conf, **AUDIT_FETCH_CONFIG}
             runs: list[tuple[str, Callable[[], Measured]]] = [
                 (BARE_DEFAULT, lambda: bench_loop(conf, data, n, read_values)),
                 (HEADERS_DEFAULT, lambda: bench_loop(conf, data, n, read_values_and_headers)),
                 (BARE_FLOOR, lambda: bench_loop(fast, data, n, read_values)),
                 (HEADER_FLOOR, lambda: bench_loop(fast, data, n, read_values_and_headers)),
+                (HEADER_FLOOR_V1, lambda: bench_loop(fast, data_v1, n, read_values_and_headers)),
                 (PERF_TEST, lambda: bench_perf_test(bootstrap, data, n)),
                 (AUDIT, lambda: bench_audit_consumer(bootstrap, data, n)),
+                (AUDIT_V1, lambda: bench_audit_consumer(bootstrap, data_v1, n)),
                 (GROUP_1, lambda: bench_group(bootstrap, data, n, 1, Path(tmp))),
                 (GROUP_2, lambda: bench_group(bootstrap, data, n, 2, Path(tmp))),
             ]
@@ -365,6 +399,7 @@ def main() -> None:
     )
     for col in (
         "reader",
+        "stamp B/msg",
         "msgs/s (median)",
         "runs",
         "CPU us/msg",
@@ -373,7 +408,7 @@ def main() -> None:
         "target",
     ):
         table.add_column(col, justify="left" if col == "reader" else "right")
-    targets = {AUDIT: (HEADER_FLOOR, 0.9), GROUP_2: (GROUP_1, 1.0)}
+    targets = {AUDIT: (HEADER_FLOOR, 0.9), AUDIT_V1: (HEADER_FLOOR_V1, 0.9), GROUP_2: (GROUP_1, 1.0)}
     for name, rates in results.items():
         target = targets.get(name)
         mark = ""
@@ -382,16 +417,24 @@ def main() -> None:
             ok = ratio >= target[1] if target[1] < 1 else ratio > target[1]
             what = f">= {target[1]:.2f}x floor" if target[1] < 1 else "> 1 process"
             mark = f"[green]{ratio:.2f}: {what} ok[/]" if ok else f"[red]{ratio:.2f}: not {what}[/]"
+        version = "v1" if name.endswith("(stamp v1)") else "v2"
+        floor = HEADER_FLOOR_V1 if version == "v1" else HEADER_FLOOR
         table.add_row(
             name,
+            f"{sizes[version]:.1f}",
             f"{med[name]:,.0f}",
             " ".join(f"{x / 1000:.0f}k" for x in rates),
             f"{statistics.median(cpus[name]):.2f}" if name in cpus else "",
             f"{med[name] / med[BARE_DEFAULT]:.2f}",
-            f"{med[name] / med[HEADER_FLOOR]:.2f}",
+            f"{med[name] / med[floor]:.2f}",
             mark,
         )
     console.print(table)
+    console.print(
+        f"stamp v2 vs v1, same run: audit consumer {med[AUDIT] / med[AUDIT_V1]:.2f}x the msgs/s, header-read "
+        f"floor {med[HEADER_FLOOR] / med[HEADER_FLOOR_V1]:.2f}x; stamp {sizes['v2']:.1f} vs "
+        f"{sizes['v1']:.1f} B/msg ('vs header floor': against the floor of the same stamp format)"
+    )
     us = {name: 1e6 / med[name] for name in med}
     console.print(
         f"wall time per message: header-read floor {us[HEADER_FLOOR]:.2f} us, "

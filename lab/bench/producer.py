@@ -11,6 +11,10 @@ Producers, each ``produce(topic, value)`` in a loop with ``poll(0)`` every 1,000
     list, timestamp and headers passed positionally); no wrapper, no counting
   * ``AuditedProducer``, ``delivery_reports="errors"`` (librdkafka reports failures only)
   * ``AuditedProducer``, ``delivery_reports="all"`` (a Python delivery callback per message)
+each but the bare one with the stamp format v1 and v2 side by side (``audit_record.stamp``; the floor's
+v1 stamp is a ``struct`` pack, its v2 stamp the producer's packer). "stamp B/msg" is the stamp header's
+key + value, bytes per message, mean over the run's sequence numbers (Kafka's record framing adds 2
+bytes, the key and value lengths, to either format).
 
 Against a local one-broker cluster that the script starts (3-partition topic, ``linger.ms`` 5). Every
 producer connects and fetches the topic's metadata before its clock starts. The runs interleave, ABAB:
@@ -58,8 +62,9 @@ from rich.table import Table
 
 import audit_producer.audit_topic_writer as audit_topic_writer_module
 from audit_producer import AuditedProducer, ProducerAuditSettings
+from audit_producer.stamp_packer import stamp_packer
 from audit_producer.workloads import message_pool
-from audit_record.stamp import STAMP_HEADER, encode_prefix, new_producer_id
+from audit_record.stamp import encode_prefix, header_key, new_producer_id
 from kafka_plumbing.local_cluster import KafkaCluster
 from kafka_plumbing.topics import ensure_topic
 
@@ -67,11 +72,16 @@ VALUE = b"x" * 100
 POOL = 1024
 PRODUCERS = (
     "bare confluent_kafka.Producer",
-    "floor: + stamp header and timestamp, inline",
-    "AuditedProducer, delivery_reports=errors",
-    "AuditedProducer, delivery_reports=all",
+    "floor: + stamp v1 and timestamp, inline",
+    "floor: + stamp v2 and timestamp, inline",
+    "AuditedProducer, errors, stamp v1",
+    "AuditedProducer, errors, stamp v2",
+    "AuditedProducer, all, stamp v1",
+    "AuditedProducer, all, stamp v2",
 )
-BARE, FLOOR, ERRORS, ALL = PRODUCERS
+BARE, FLOOR_V1, FLOOR, ERRORS_V1, ERRORS, ALL_V1, ALL = PRODUCERS
+VERSION = {FLOOR_V1: 1, FLOOR: 2, ERRORS_V1: 1, ERRORS: 2, ALL_V1: 1, ALL: 2}
+"""The stamp format each producer but the bare one writes."""
 TARGETS = {("100-byte", ERRORS): 0.55, ("JSON web-log", ERRORS): 0.80}  # issue 17's acceptance
 UNREACHABLE = "127.0.0.1:9"
 OFFLINE = {
@@ -139,13 +149,31 @@ def loop_json(producer: Any, topic: str, n: int) -> None:
             producer.poll(0)
 
 
-def _stamper() -> tuple[Callable[..., bytes], bytes]:
-    prefix = encode_prefix(new_producer_id("bench-floor"))
-    return struct.Struct(f">{len(prefix)}sQ").pack, prefix
+def _stamper(version: int) -> tuple[str, Callable[..., bytes], bytes]:
+    """The floor's stamp: key, ``pack(prefix, sequence)`` and prefix (v1: a struct pack; v2: the packer)."""
+    pid = new_producer_id("bench-floor", 1 if version == 1 else 2)
+    prefix = encode_prefix(pid)
+    if version == 1:
+        return header_key(pid), struct.Struct(f">{len(prefix)}sQ").pack, prefix
+    return header_key(pid), stamp_packer(prefix, 2), prefix
 
 
-def loop_small_floor(producer: Any, topic: str, n: int) -> None:
-    pack, prefix = _stamper()
+def stamp_bytes(producer_id: str, n: int) -> float:
+    """Mean stamp header key + value bytes over sequences 1..n of ``producer_id`` (v2: varint lengths)."""
+    key = len(header_key(producer_id).encode())
+    fixed = len(encode_prefix(producer_id))
+    if header_key(producer_id) != header_key("~" + "0" * 16):
+        return key + fixed + 8
+    total, lo, k = 0, 1, 1
+    while lo <= n:
+        hi = min(n, (1 << 7 * k) - 1)
+        total += (hi - lo + 1) * k
+        lo, k = hi + 1, k + 1
+    return key + fixed + total / n
+
+
+def loop_small_floor(producer: Any, topic: str, n: int, version: int = 2) -> None:
+    key, pack, prefix = _stamper(version)
     clock = time.time_ns
     for i in range(n):
         while True:
@@ -158,7 +186,7 @@ def loop_small_floor(producer: Any, topic: str, n: int) -> None:
                     None,
                     None,
                     clock() // 1_000_000,
-                    [(STAMP_HEADER, pack(prefix, i))],
+                    [(key, pack(prefix, i))],
                 )
                 break
             except BufferError:
@@ -167,8 +195,8 @@ def loop_small_floor(producer: Any, topic: str, n: int) -> None:
             producer.poll(0)
 
 
-def loop_json_floor(producer: Any, topic: str, n: int) -> None:
-    pack, prefix = _stamper()
+def loop_json_floor(producer: Any, topic: str, n: int, version: int = 2) -> None:
+    key, pack, prefix = _stamper(version)
     clock, records, dumps = time.time_ns, RECORDS, json.dumps
     for i in range(n):
         value = dumps(records[i & (POOL - 1)]).encode()
@@ -182,7 +210,7 @@ def loop_json_floor(producer: Any, topic: str, n: int) -> None:
                     None,
                     None,
                     clock() // 1_000_000,
-                    [(STAMP_HEADER, pack(prefix, i))],
+                    [(key, pack(prefix, i))],
                 )
                 break
             except BufferError:
@@ -191,19 +219,29 @@ def loop_json_floor(producer: Any, topic: str, n: int) -> None:
             producer.poll(0)
 
 
-WORKLOADS: dict[str, tuple[Callable[[Any, str, int], None], Callable[[Any, str, int], None]]] = {
+WORKLOADS: dict[str, tuple[Callable[[Any, str, int], None], Callable[..., None]]] = {
     "100-byte": (loop_small, loop_small_floor),
     "JSON web-log": (loop_json, loop_json_floor),
 }
 
 
 def make_producer(name: str, config: dict[str, Any], audit_topic: str) -> Any:
-    if name in (BARE, FLOOR):
+    if name in (BARE, FLOOR, FLOOR_V1):
         return Producer(config)
-    mode = "errors" if name == ERRORS else "all"
-    p = AuditedProducer(config, ProducerAuditSettings(delivery_reports=mode, audit_topic=audit_topic))
+    mode = "errors" if name in (ERRORS, ERRORS_V1) else "all"
+    audit = ProducerAuditSettings(delivery_reports=mode, audit_topic=audit_topic, stamp_version=VERSION[name])
+    p = AuditedProducer(config, audit)
     p.check()  # the audit topic check (a no-op without a broker), outside the measurement
     return p
+
+
+def run_loop(name: str, workload: str, producer: Any, topic: str, n: int) -> None:
+    """Produce ``n`` messages of ``workload`` with the loop of producer ``name`` (the floor's inline)."""
+    plain, floor = WORKLOADS[workload]
+    if name in (FLOOR, FLOOR_V1):
+        floor(producer, topic, n, VERSION[name])
+    else:
+        plain(producer, topic, n)
 
 
 def close(producer: Any, timeout_s: float) -> None:
@@ -227,9 +265,8 @@ def run_broker(
     """Messages/s and process CPU us per message of one producer over ``n`` messages (loop + flush)."""
     producer = make_producer(name, {**conf, "linger.ms": 5}, audit_topic)
     producer.list_topics(topic, timeout=30)  # connected, metadata known: not part of the measurement
-    loop = WORKLOADS[workload][1 if name == FLOOR else 0]
     c0, t0 = cpu_s(), time.perf_counter()
-    loop(producer, topic, n)
+    run_loop(name, workload, producer, topic, n)
     left = producer.flush(60)
     elapsed, cpu = time.perf_counter() - t0, cpu_s() - c0
     close(producer, 30)
@@ -241,9 +278,8 @@ def run_broker(
 def run_offline(name: str, workload: str, n: int) -> tuple[float, float]:
     """CPU time of the calling thread per produce() call, ns, with no broker (messages purged after)."""
     producer = make_producer(name, dict(OFFLINE), "bench.audit.offline")
-    loop = WORKLOADS[workload][1 if name == FLOOR else 0]
     t0 = time.thread_time_ns()
-    loop(producer, "bench.offline", n)
+    run_loop(name, workload, producer, "bench.offline", n)
     cpu = time.thread_time_ns() - t0
     producer.purge()
     producer.poll(0)
@@ -298,6 +334,14 @@ def rounds(
 
 
 # ---------------------------------------------------------------------------------------------- table
+def producer_stamp_bytes(name: str, n: int) -> float:
+    """Mean stamp key + value bytes of a run of ``n`` messages of producer ``name`` (not the bare one)."""
+    client = (
+        "bench-floor" if name in (FLOOR, FLOOR_V1) else "rdkafka"
+    )  # AuditedProducer: librdkafka's default
+    return stamp_bytes(new_producer_id(client, 1 if VERSION[name] == 1 else 2), n)
+
+
 def table(results: dict[tuple[str, str], list[Run]], counts: dict[str, int], offline: bool) -> Table:
     repeats = len(results[(next(iter(counts)), ERRORS)])
     where = "per-call CPU time of the calling thread, no broker" if offline else "local broker, end to end"
@@ -307,9 +351,9 @@ def table(results: dict[tuple[str, str], list[Run]], counts: dict[str, int], off
         f"between two bare runs ({where})"
     )
     first = "CPU ns/msg" if offline else "msgs/s"
-    cols = ["workload", "producer", first, "runs", "ratio vs bare", "added us/msg", "target"]
+    cols = ["workload", "producer", "stamp B/msg", first, "runs", "ratio vs bare", "added us/msg", "target"]
     if not offline:
-        cols.insert(4, "CPU us/msg")
+        cols.insert(5, "CPU us/msg")
     for col in cols:
         t.add_column(col, justify="left" if col in ("workload", "producer") else "right")
     for workload in counts:
@@ -343,6 +387,7 @@ def table(results: dict[tuple[str, str], list[Run]], counts: dict[str, int], off
             row = [
                 workload,
                 name,
+                "-" if name == BARE else f"{producer_stamp_bytes(name, counts[workload]):.1f}",
                 f"{statistics.median(values):,.0f}",
                 each,
                 f"{ratio:.2f}",
@@ -350,7 +395,7 @@ def table(results: dict[tuple[str, str], list[Run]], counts: dict[str, int], off
                 mark,
             ]
             if not offline:
-                row.insert(4, f"{statistics.median(c for _, c, _, _ in runs):.2f}")
+                row.insert(5, f"{statistics.median(c for _, c, _, _ in runs):.2f}")
             t.add_row(*row)
     return t
 

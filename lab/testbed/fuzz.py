@@ -7,12 +7,13 @@ a mutation hits one token the way a bug or an attacker would: an extreme or over
 past the end or negative, a union branch that does not exist, a boolean byte of 7, NaN, invalid UTF-8, a
 token deleted, repeated or swapped, a cut at a token boundary, trailing bytes, a wrong magic or another
 schema's fingerprint, or a field set to a value :meth:`~audit_record.AuditRecord.validate` forbids and
-written without validation. A stamp (:mod:`audit_record.stamp`) is mutated in its parts: the producer
-id (bad characters, invalid UTF-8, empty, too long), the sequence (too short, >= 2**63) and the header
-itself (no value, a bad first stamp header before a good one).
+written without validation. A stamp (:mod:`audit_record.stamp`, v1 or v2) is mutated in its parts: a
+v1 producer id (bad characters, invalid UTF-8, empty, too long), a v1 sequence (too short, >= 2**63), a
+v2 varint (open end, trailing byte, not minimal, too long, cut) and the header itself (no value, a bad
+first stamp header before a good one, a v2 value under the v1 key).
 
 Every mutant is classified by the reference decoders (:func:`audit_record.decode`,
-:func:`audit_record.stamp.decode`): :func:`audit_mutants` and :func:`stamp_mutants` yield only mutants the
+:func:`audit_record.stamp.read`): :func:`audit_mutants` and :func:`stamp_mutants` yield only mutants the
 reference rejects, with the reason the live components must report, so a live run can require that
 every one is dead-lettered (:func:`run_live`, used by ``bench/fuzz_live.py`` and the integration test).
 """
@@ -44,9 +45,16 @@ from audit_record import (
     encode,
 )
 from audit_record.codec import SINGLE_OBJECT_MAGIC
-from audit_record.stamp import SEQUENCE_BYTES, STAMP_HEADER, MalformedStampError, stamp_of
-from audit_record.stamp import decode as decode_stamp
-from audit_record.stamp import encode as encode_stamp
+from audit_record.stamp import (
+    PRODUCER_ID_BYTES,
+    SEQUENCE_BYTES,
+    STAMP_HEADER,
+    STAMP_HEADER_V1,
+    VARINT_MAX_BYTES,
+    MalformedStampError,
+)
+from audit_record.stamp import header as stamp_header
+from audit_record.stamp import read as read_stamp
 
 HEADER_LEN = 10
 """Bytes before the Avro body of a single object: magic (2) and fingerprint (8)."""
@@ -499,9 +507,17 @@ _BAD_IDS: tuple[bytes, ...] = (
 )
 
 
-def mutate_stamp(rng: random.Random, good: bytes) -> tuple[str, list[tuple[str, bytes | None]]]:
-    """Return ``(mutation, headers)``: a data message's headers with a structurally broken stamp."""
-    pid, seq = good[:-SEQUENCE_BYTES], good[-SEQUENCE_BYTES:]
+def mutate_stamp(rng: random.Random, good: tuple[str, bytes]) -> tuple[str, list[tuple[str, bytes | None]]]:
+    """Return ``(mutation, headers)``: a data message's headers with a structurally broken stamp.
+
+    Args:
+        rng: The random source.
+        good: A valid stamp header ``(key, value)`` of either format (:func:`audit_record.stamp.header`).
+    """
+    key, value = good
+    if key == STAMP_HEADER:
+        return _mutate_v2(rng, key, value)
+    pid, seq = value[:-SEQUENCE_BYTES], value[-SEQUENCE_BYTES:]
     other = [("x-app", b"1")]
     kind = rng.choice(
         ["short", "empty", "none", "seq_high", "bad_id", "utf8", "bitflip", "truncate", "extra_bad_first"]
@@ -524,36 +540,74 @@ def mutate_stamp(rng: random.Random, good: bytes) -> tuple[str, list[tuple[str, 
         i = rng.randrange(len(pid))
         stamp = pid[:i] + bytes([pid[i] ^ (1 << rng.randrange(8))]) + pid[i + 1 :] + seq
     elif kind == "truncate":
-        stamp = good[: rng.randrange(len(good))]
+        stamp = value[: rng.randrange(len(value))]
     else:  # a malformed first stamp header, then a good one: the first one counts (stamp_of)
         first = rng.choice(_BAD_IDS[1:]) + seq
-        return kind, [(STAMP_HEADER, first), *other, (STAMP_HEADER, good)]
-    headers = [*other, (STAMP_HEADER, stamp)] if rng.random() < 0.5 else [(STAMP_HEADER, stamp), *other]
+        return kind, [(key, first), *other, (key, value)]
+    headers = [*other, (key, stamp)] if rng.random() < 0.5 else [(key, stamp), *other]
+    return kind, headers
+
+
+def _mutate_v2(rng: random.Random, key: str, value: bytes) -> tuple[str, list[tuple[str, bytes | None]]]:
+    """:func:`mutate_stamp` for a v2 stamp: 8 id bytes, then the sequence varint."""
+    pid, varint = value[:PRODUCER_ID_BYTES], value[PRODUCER_ID_BYTES:]
+    other = [("x-app", b"1")]
+    kind = rng.choice(
+        ["short", "empty", "none", "open_end", "trailing", "not_minimal", "too_long", "truncate", "v1_key"]
+    )
+    stamp: bytes | None
+    if kind == "short":
+        stamp = rng.randbytes(rng.randint(1, PRODUCER_ID_BYTES))
+    elif kind == "empty":
+        stamp = b""
+    elif kind == "none":
+        stamp = None
+    elif kind == "open_end":  # the last byte says more follow
+        stamp = value[:-1] + bytes([value[-1] | 0x80])
+    elif kind == "trailing":  # a byte after the varint's end
+        stamp = value + bytes([rng.randrange(256)])
+    elif kind == "not_minimal":  # a zero group after the last
+        stamp = pid + varint[:-1] + bytes([varint[-1] | 0x80, 0])
+    elif kind == "too_long":
+        stamp = pid + bytes([0x80 | rng.randrange(128) for _ in range(VARINT_MAX_BYTES)]) + b"\x01"
+    elif kind == "truncate":
+        stamp = value[: rng.randrange(PRODUCER_ID_BYTES + 1)]
+    else:  # a v2 value under the v1 key: its 8 random id bytes are rarely a valid v1 id
+        return kind, [(STAMP_HEADER_V1, value), *other]
+    headers = [*other, (key, stamp)] if rng.random() < 0.5 else [(key, stamp), *other]
     return kind, headers
 
 
 def stamp_reference_ok(headers: list[tuple[str, bytes | None]]) -> bool:
-    """Return True if the reference accepts the headers' stamp (none, or one :func:`decode_stamp` takes)."""
-    value = stamp_of(headers)
-    if value is None:
-        return True
+    """Return True if the reference accepts the headers' stamp (none, or one :func:`read_stamp` takes)."""
     try:
-        decode_stamp(value)
+        read_stamp(headers)
     except MalformedStampError:
         return False
     return True
 
 
-def stamp_mutants(rng: random.Random, n: int, producer_id: str = "fuzz@host.1.0badcafe") -> Iterator[Mutant]:
-    """Yield ``n`` data messages whose stamp the reference rejects (accepted mutants are redrawn)."""
+def stamp_mutants(
+    rng: random.Random, n: int, producer_ids: tuple[str, ...] = ("fuzz@host.1.0badcafe", "~0badcafe0badcafe")
+) -> Iterator[Mutant]:
+    """Yield ``n`` data messages whose stamp the reference rejects (accepted mutants are redrawn).
+
+    Args:
+        rng: The random source.
+        n: How many.
+        producer_ids: The ids of the good stamps mutated (v1 and v2 by default, picked at random).
+    """
     made = 0
     while made < n:
-        good = encode_stamp(producer_id, rng.randrange(1, 1 << 40))
+        good = stamp_header(rng.choice(producer_ids), rng.randrange(1, 1 << 40))
         mutation, headers = mutate_stamp(rng, good)
         if stamp_reference_ok(headers):
             continue
         made += 1
-        yield Mutant(f"stamp:{mutation}", "bad_stamp", None, b"payload " + rng.randbytes(8), headers)
+        version = "v2" if good[0] == STAMP_HEADER else "v1"
+        yield Mutant(
+            f"stamp:{version}:{mutation}", "bad_stamp", None, b"payload " + rng.randbytes(8), headers
+        )
 
 
 def raw_single_object(name: str, data: dict[str, Any]) -> bytes:

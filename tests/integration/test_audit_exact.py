@@ -12,7 +12,6 @@ from audit_producer import AuditedProducer, ProducerAuditSettings
 from audit_producer.load import run_load
 from audit_record import cluster_tier, stamp
 from audit_record.reader import read_audit_log
-from audit_record.stamp import STAMP_HEADER
 from kafka_audit.verification_report import cluster_counts, compare_with_cluster
 
 from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
@@ -93,7 +92,7 @@ def test_resent_sequence_numbers_are_duplicates_not_extra_messages(kconfig, boot
         resent = sent[::7][:400]
         for part, ts, value in resent + resent[:100]:
             seq = int(value.split()[1]) + 1  # "message i" was the i+1-th produce() call
-            headers = [(STAMP_HEADER, stamp.encode(producer.producer_id, seq))]
+            headers = [stamp.header(producer.producer_id, seq)]
             raw.produce(topic, value, partition=part, timestamp=ts, headers=headers)
         assert raw.flush(30) == 0
         producer.close()

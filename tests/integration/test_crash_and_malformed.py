@@ -20,7 +20,7 @@ from audit_producer.load import run_load
 from audit_record import AuditRecord, codec, encode
 from audit_record.dead_letter import REASON_HEADER
 from audit_record.reader import read_audit_log
-from audit_record.stamp import STAMP_HEADER
+from audit_record.stamp import STAMP_HEADER, STAMP_HEADER_V1
 from kafka_audit.verification_report import cluster_counts, compare_with_cluster
 from kafka_plumbing.topics import read_to_end
 
@@ -155,7 +155,7 @@ def test_malformed_records_go_to_dead_letter_topic_and_nothing_stops(kconfig, bo
     raw = Producer(kconfig)
     bad_audit = _malformed_audit_values(1_000)
     with running_consumer(consumer_settings(bootstrap, [topic], audit_topics)) as consumer:
-        # 1,000 data messages with broken audit stamps, interleaved with good audited traffic.
+        # 1,000 data messages with broken audit stamps (v1 and v2), interleaved with good audited traffic.
         rng = random.Random(5)
         good = threading.Thread(
             target=run_load,
@@ -165,7 +165,8 @@ def test_malformed_records_go_to_dead_letter_topic_and_nothing_stops(kconfig, bo
         good.start()
         for i in range(1_000):
             stamp = os.urandom(rng.randint(0, 8)) if i % 2 else b"bad id with spaces" + os.urandom(8)
-            raw.produce(topic, b"payload", headers=[(STAMP_HEADER, stamp)])
+            key = STAMP_HEADER if i % 4 < 2 else STAMP_HEADER_V1  # both formats: malformed either way
+            raw.produce(topic, b"payload", headers=[(key, stamp)])
         for _, value in bad_audit:
             raw.produce(audit_topic, value, key=b"junk")
         assert raw.flush(30) == 0

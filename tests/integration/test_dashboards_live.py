@@ -34,7 +34,6 @@ import dashboards
 from audit_producer import ProducerAuditSettings
 from audit_producer.load import run_load
 from audit_record import stamp
-from audit_record.stamp import STAMP_HEADER
 from dashboards.brokers import UID as BROKERS_UID
 from dashboards.build import PanelQuery, build, iter_queries
 from kafka_plumbing.topics import AUDIT_TOPIC_CONFIG, STATE_TOPIC_CONFIG, ensure_topic
@@ -187,7 +186,7 @@ def _unaudited_messages(bootstrap: str, topic: str, n: int = 50) -> None:
     """Stamped messages of a producer that never sends audit snapshots (an unaudited producer)."""
     raw = Producer({"bootstrap.servers": bootstrap})
     for seq in range(1, n + 1):
-        raw.produce(topic, b"rogue", headers=[(STAMP_HEADER, stamp.encode("rogue@dashboards-test.1.0", seq))])
+        raw.produce(topic, b"rogue", headers=[stamp.header("rogue@dashboards-test.1.0", seq)])
     assert raw.flush(30) == 0
 
 

@@ -90,7 +90,7 @@ def test_patterns_find_new_topics_and_windows_wait_for_the_producers_timeout(
         end = start + WINDOW_MS
         n = 50
         for seq in range(1, n + 1):
-            headers = [(stamp.STAMP_HEADER, stamp.encode(pid, seq))]
+            headers = [stamp.header(pid, seq)]
             raw.produce(audited, f"m{seq}".encode(), timestamp=start + seq, headers=headers)
             raw.produce(unaudited, f"u{seq}".encode(), timestamp=start + seq)  # no stamp: unaudited
         record = _snapshot(pid, audited, start, n + 1)  # the retried message is sent in this window too
@@ -104,16 +104,14 @@ def test_patterns_find_new_topics_and_windows_wait_for_the_producers_timeout(
         )
         # The retried message: created in the window, appended 3 s after its end (after the grace).
         wait_for(lambda: time.time() * 1000 >= end + 3_000, WINDOW_MS / 1000 + 5, "3 s after the end", 0.05)
-        headers = [(stamp.STAMP_HEADER, stamp.encode(pid, n + 1))]
+        headers = [stamp.header(pid, n + 1)]
         raw.produce(audited, b"retried", timestamp=end - 1, headers=headers)
         assert raw.flush(30) == 0
         # A topic created while the consumer runs is audited without a restart.
         ensure_topic(kconfig, later, partitions=1)
         wait_for(lambda: later in consumer.topics, 30, "the new topic to be discovered")
         for seq in range(1, 11):
-            raw.produce(
-                later, f"b{seq}".encode(), headers=[(stamp.STAMP_HEADER, stamp.encode(pid, 1000 + seq))]
-            )
+            raw.produce(later, f"b{seq}".encode(), headers=[stamp.header(pid, 1000 + seq)])
         assert raw.flush(30) == 0
         wait_for(lambda: _finals(kconfig, audit_topics["audit_topic"], audited), 60, "the held window final")
         wait_for(

@@ -21,7 +21,6 @@ from audit_producer.load import run_load
 from audit_record import PRODUCER_TIER, stamp, window_result
 from audit_record.dead_letter import COMPONENT_HEADER
 from audit_record.reader import read_audit_log
-from audit_record.stamp import STAMP_HEADER
 from kafka_plumbing.local_cluster import KafkaCluster
 from kafka_plumbing.topics import ensure_topic, read_to_end
 from spark_streaming.job import ReconciliationJob
@@ -161,7 +160,7 @@ def test_loss_and_duplicates_rates_equal_verifier_exactly(tmp_path, request, aud
                         value,
                         partition=part,
                         timestamp=ts,
-                        headers=[(STAMP_HEADER, stamp.encode(producer.producer_id, seq))],
+                        headers=[stamp.header(producer.producer_id, seq)],
                     )
                 # Malformed audit records: the job dead-letters them and keeps going.
                 for i in range(200):

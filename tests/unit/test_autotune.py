@@ -28,8 +28,7 @@ from audit_record import ProducerConfig, decode, now_ms
 from audit_record.codec import encode_object
 from audit_record.control_record import ControlRecord, encode_control
 from audit_record.dead_letter import COMPONENT_HEADER, REASON_HEADER
-from audit_record.stamp import decode as decode_stamp
-from audit_record.stamp import stamp_of
+from audit_record.stamp import read as read_stamp
 from kafka_plumbing.errors import ConfigError
 from spark_streaming.reconcile import compact, reconcile
 
@@ -63,7 +62,9 @@ class Delivered:
         return self._headers
 
     def sequence(self) -> int:
-        return decode_stamp(stamp_of(self._headers))[1]
+        found = read_stamp(self._headers)
+        assert found is not None
+        return found[1]
 
 
 class FakeInner:

@@ -1,7 +1,8 @@
 """Property tests: every hot path that inlines a shared rule agrees with the rule's reference function.
 
 The references are :func:`audit_record.stamp.encode` / :func:`~audit_record.stamp.decode` /
-:func:`~audit_record.stamp.stamp_of`, :func:`audit_record.windows.window_start` and
+:func:`~audit_record.stamp.stamp_of` / :func:`~audit_record.stamp.read` (stamp formats v1 and v2),
+:func:`audit_record.windows.window_start` and
 :meth:`audit_consumer.counts.PartitionCounts.observe`. The code under test is the very code the hot
 paths run: ``AuditedProducer.produce`` and its delivery-report counting (with fake librdkafka clients),
 :func:`audit_consumer.counts.count_batch` (the audit consumer's loop) and
@@ -28,14 +29,19 @@ from audit_consumer import counts
 from audit_consumer.counts import PartitionCounts, count_batch
 from audit_consumer.ground_truth import tally
 from audit_producer import AuditedProducer, ProducerAuditSettings
+from audit_producer.stamp_packer import stamp_packer
 from audit_record import decode, window_bounds, window_start
 from audit_record.stamp import (
     SEQUENCE_BYTES,
     SEQUENCE_LIMIT,
     STAMP_HEADER,
+    STAMP_HEADER_V1,
     MalformedStampError,
     encode,
     encode_prefix,
+    encode_varint,
+    header,
+    read,
     stamp_of,
 )
 from audit_record.stamp import decode as decode_stamp
@@ -49,7 +55,20 @@ PROPERTY = settings(
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 # ---------------------------------------------------------------------------------------------- inputs
-producer_ids = st.from_regex(r"\A[A-Za-z0-9._:@-]{1,40}\Z")
+v1_producer_ids = st.from_regex(r"\A[A-Za-z0-9._:@-]{1,40}\Z")
+v2_producer_ids = st.binary(min_size=8, max_size=8).map(lambda b: "~" + b.hex())
+producer_ids = st.one_of(v1_producer_ids, v2_producer_ids)
+sequences = st.one_of(  # every varint length, its edges, and the limit
+    st.integers(0, SEQUENCE_LIMIT - 1),
+    st.integers(0, 20).map(lambda k: (1 << 7 * k) - 1).filter(lambda n: n < SEQUENCE_LIMIT),
+    st.integers(0, 8).map(lambda k: 1 << 7 * k),
+)
+varint_tails = st.one_of(  # what may follow a v2 id: random bytes, mostly with continuation bits
+    st.binary(max_size=11),
+    st.lists(st.integers(0x80, 0xFF), max_size=10).flatmap(
+        lambda more: st.integers(0, 0xFF).map(lambda last: bytes([*more, last]))
+    ),
+)
 bad_producer_ids = st.one_of(
     st.just(""),
     st.text(min_size=1, max_size=10).filter(
@@ -87,12 +106,20 @@ def stamp_headers(draw: st.DrawFn, pids: list[str]) -> list[tuple[str, Any]] | N
     if kind == "other":
         return other
     if kind in ("valid", "valid_later"):
-        value = encode(draw(st.sampled_from(pids)), draw(st.integers(0, 6)))  # small range: duplicates
-        return [(STAMP_HEADER, value), *other] if kind == "valid" else [*other, (STAMP_HEADER, value)]
+        seq = draw(st.integers(0, 6) | sequences)  # small range: duplicates
+        stamp = header(draw(st.sampled_from(pids)), seq)
+        return [stamp, *other] if kind == "valid" else [*other, stamp]
+    key = draw(st.sampled_from([STAMP_HEADER, STAMP_HEADER_V1]))
     bad = draw(
         st.one_of(
             st.none(),
-            st.binary(max_size=SEQUENCE_BYTES + 3),
+            st.binary(max_size=SEQUENCE_BYTES + 11),
+            st.builds(  # a v2 id and random varint-like bytes: valid or not, both formats decode them
+                lambda raw, tail: raw + tail, st.binary(min_size=8, max_size=8), varint_tails
+            ),
+            st.builds(  # a stamp of the other format
+                lambda pid, seq: encode(pid, seq), st.sampled_from(pids), st.integers(0, 1 << 20)
+            ),
             st.builds(  # a valid id with a sequence >= 2**63
                 lambda pid, seq: pid.encode() + seq.to_bytes(SEQUENCE_BYTES, "big"),
                 st.sampled_from(pids),
@@ -105,16 +132,16 @@ def stamp_headers(draw: st.DrawFn, pids: list[str]) -> list[tuple[str, Any]] | N
             ),
         )
     )
-    return [(STAMP_HEADER, bad), *other] if draw(st.booleans()) else [*other, (STAMP_HEADER, bad)]
+    return [(key, bad), *other] if draw(st.booleans()) else [*other, (key, bad)]
 
 
 def reference_stamp(headers: list[tuple[str, Any]] | None) -> tuple[bool, bytes | None, int]:
     """``(ok, producer_id, sequence)`` by the definitions, written plainly: first stamp header, decode()."""
-    values = [v for k, v in headers or [] if k == STAMP_HEADER]
-    if not values:
+    stamps = [(k, v) for k, v in headers or [] if k in (STAMP_HEADER, STAMP_HEADER_V1)]
+    if not stamps:
         return True, None, 0
     try:
-        pid, seq = decode_stamp(values[0])
+        pid, seq = decode_stamp(*stamps[0])
     except MalformedStampError:
         return False, None, 0
     return True, pid, seq
@@ -122,18 +149,73 @@ def reference_stamp(headers: list[tuple[str, Any]] | None) -> tuple[bool, bytes 
 
 # ---------------------------------------------------------------------------------------------- stamp
 @PROPERTY
-@given(producer_ids, st.integers(0, (1 << 64) - 1))
-def test_decode_inverts_encode_below_the_sequence_limit(pid: str, seq: int) -> None:
-    assert encode(pid, seq) == encode_prefix(pid) + seq.to_bytes(SEQUENCE_BYTES, "big")
-    if seq < SEQUENCE_LIMIT:
-        assert decode_stamp(encode(pid, seq)) == (pid.encode(), seq)
-    else:
+@given(v1_producer_ids, st.integers(0, (1 << 64) - 1))
+def test_v1_decode_inverts_encode_below_the_sequence_limit(pid: str, seq: int) -> None:
+    if seq >= SEQUENCE_LIMIT:
         try:
-            decode_stamp(encode(pid, seq))
-        except MalformedStampError:
+            encode(pid, seq)
+        except OverflowError:
             pass
         else:
-            raise AssertionError("a sequence >= 2**63 must not decode")
+            raise AssertionError("a sequence >= 2**63 must not encode")
+        bad = encode_prefix(pid) + seq.to_bytes(SEQUENCE_BYTES, "big")
+        try:
+            decode_stamp(STAMP_HEADER_V1, bad)
+        except MalformedStampError:
+            return
+        raise AssertionError("a sequence >= 2**63 must not decode")
+    assert header(pid, seq) == (STAMP_HEADER_V1, encode_prefix(pid) + seq.to_bytes(SEQUENCE_BYTES, "big"))
+    assert decode_stamp(*header(pid, seq)) == (pid.encode(), seq)
+
+
+@PROPERTY
+@given(v2_producer_ids, sequences)
+def test_v2_decode_inverts_encode_and_costs_at_most_16_bytes_below_2_42(pid: str, seq: int) -> None:
+    key, value = header(pid, seq)
+    assert key == STAMP_HEADER and value == bytes.fromhex(pid[1:]) + encode_varint(seq)
+    assert decode_stamp(key, value) == (pid.encode(), seq)
+    assert len(value) == 8 + max(1, -(-seq.bit_length() // 7))  # a minimal varint: 7 bits a byte
+    if seq < 1 << 42:
+        assert len(key.encode()) + len(value) <= 16
+
+
+@PROPERTY
+@given(v2_producer_ids, st.integers(0, SEQUENCE_LIMIT - 1), st.lists(st.integers(0, 300), max_size=30))
+def test_v2_inline_encoding_agrees_with_encode(pid: str, first: int, steps: list[int]) -> None:
+    """The producer's v2 packer (cached high groups) == encode(), over runs and jumps of sequences."""
+    prefix = encode_prefix(pid)
+    pack = stamp_packer(prefix, 2)
+    seq = first
+    for step in [0, *steps]:
+        seq = (seq + step) % SEQUENCE_LIMIT
+        for s in (seq, seq + 1 if seq + 1 < SEQUENCE_LIMIT else seq):
+            assert pack(prefix, s) == encode(pid, s)
+    for out_of_range in (-1, -128, SEQUENCE_LIMIT, 1 << 64):
+        try:
+            pack(prefix, out_of_range)
+        except OverflowError:
+            continue
+        raise AssertionError(f"sequence {out_of_range} packed")
+    assert stamp_packer(encode_prefix("app@h.1.a"), 1)(encode_prefix("app@h.1.a"), first) == encode(
+        "app@h.1.a", first
+    )
+
+
+@PROPERTY
+@given(st.binary(min_size=8, max_size=8), varint_tails)
+def test_v2_inline_decoding_agrees_with_decode(raw: bytes, tail: bytes) -> None:
+    """count_batch on one v2 stamp of random bytes: counted as decode() reads it, or dead-lettered."""
+    msg = Msg("t", 0, 0, 1_000, headers_=[(STAMP_HEADER, raw + tail)])
+    parts = fresh_parts(1_000, 0)
+    n, dead, _ = run_count_batch([msg], parts, 2_000, {})
+    try:
+        pid, seq = decode_stamp(STAMP_HEADER, raw + tail)
+    except MalformedStampError:
+        assert (n, dead) == (0, [(0, "bad_stamp")])
+        return
+    assert n == 1 and not dead
+    assert list(parts[("t", 0)].open) == [(1_000, pid)] and pid == b"~" + raw.hex().encode()
+    assert list(parts[("t", 0)].open[(1_000, pid)][counts.SEQS]) == [seq]
 
 
 @PROPERTY
@@ -150,14 +232,22 @@ def test_invalid_producer_ids_are_rejected(pid: str) -> None:
 @PROPERTY
 @given(
     st.lists(
-        st.tuples(st.sampled_from([STAMP_HEADER, "a", "kafka-audit"]), st.none() | st.binary(max_size=3))
+        st.tuples(
+            st.sampled_from([STAMP_HEADER, STAMP_HEADER_V1, "a", "~", "kafka-audit"]),
+            st.none() | st.binary(max_size=3),
+        )
     )
 )
 def test_stamp_of_is_the_first_stamp_header(headers: list[tuple[str, bytes | None]]) -> None:
-    values = [v for k, v in headers if k == STAMP_HEADER]
-    expected = None if not values else (values[0] if values[0] is not None else b"")
+    stamps = [(k, v) for k, v in headers if k in (STAMP_HEADER, STAMP_HEADER_V1)]
+    expected = None if not stamps else (stamps[0][0], stamps[0][1] if stamps[0][1] is not None else b"")
     assert stamp_of(headers) == expected
     assert stamp_of(None) is None
+    found = reference_stamp(headers)
+    try:
+        assert read(headers) == (None if expected is None else found[1:])
+    except MalformedStampError:
+        assert not found[0]
 
 
 @PROPERTY
@@ -267,11 +357,19 @@ produce_calls = st.lists(
 
 
 @PROPERTY
-@given(window_lengths, produce_calls, st.text(max_size=20), st.integers(0, SEQUENCE_LIMIT - 100))
+@given(
+    window_lengths,
+    produce_calls,
+    st.text(max_size=20),
+    st.integers(0, SEQUENCE_LIMIT - 100) | st.integers(0, 1 << 16),
+    st.sampled_from([1, 2]),
+)
 def test_producer_stamps_windows_and_counts_agree_with_the_reference(
-    window_ms: int, calls: list, client_id: str, first_seq: int
+    window_ms: int, calls: list, client_id: str, first_seq: int, version: int
 ) -> None:
-    audit = ProducerAuditSettings(window_ms=window_ms, snapshot_interval_ms=10**9, grace_ms=10**9)
+    audit = ProducerAuditSettings(
+        window_ms=window_ms, snapshot_interval_ms=10**9, grace_ms=10**9, stamp_version=version
+    )
     gate = threading.Event()  # the background audit topic check runs until the end: no snapshot ticks
     with mock.patch.object(
         audit_topic_writer_module, "ensure_topic", side_effect=lambda *a, **k: gate.wait(10)
@@ -288,8 +386,9 @@ def test_producer_stamps_windows_and_counts_agree_with_the_reference(
         for seq, ((topic, ts, value, hdr_kind, _), rec) in enumerate(
             zip(calls, data.produced, strict=True), first_seq
         ):
-            assert rec["headers"][0] == (STAMP_HEADER, encode(p.producer_id, seq))
-            assert decode_stamp(rec["headers"][0][1]) == (p.producer_id.encode(), seq)
+            assert rec["headers"][0] == header(p.producer_id, seq)
+            assert rec["headers"][0][0] == (STAMP_HEADER if version == 2 else STAMP_HEADER_V1)
+            assert decode_stamp(*rec["headers"][0]) == (p.producer_id.encode(), seq)
             assert rec["headers"][1:] == ([] if hdr_kind == "none" else [("h", b"1")])
             if ts:
                 assert rec["timestamp"] == ts
@@ -406,7 +505,7 @@ def test_hot_path_counts_equal_counting_each_message_at_once(
                 assert rec["timestamp"] == (ts or clock.ms)  # CreateTime: own, else the clock's ms
                 seq = before + 1
                 assert p.last_sequence == seq
-                assert rec["headers"][0] == (STAMP_HEADER, encode(p.producer_id, seq))
+                assert rec["headers"][0] == header(p.producer_id, seq)
                 assert p._next_tick_ms > clock.ms  # a produce() at or after the tick time ran the tick
                 assert rec["headers"][1:] == ([("h", b"1")] if with_headers else [])
                 messages.append(
@@ -602,7 +701,9 @@ def test_consumer_loop_agrees_with_decode_window_start_and_observe(
         msgs = data.draw(consumed(window_ms))
         assert run_count_batch(msgs, fast, now, valid) == reference_batch(msgs, ref, now)
         assert {k: state_view(v) for k, v in fast.items()} == {k: state_view(v) for k, v in ref.items()}
-        assert all(ok and reference_stamp([(STAMP_HEADER, pid + bytes(8))])[0] for pid, ok in valid.items())
+        assert all(
+            ok and reference_stamp([(STAMP_HEADER_V1, pid + bytes(8))])[0] for pid, ok in valid.items()
+        )
         if data.draw(st.booleans()):  # close windows: later messages of them are late
             caught_up = data.draw(st.none() | st.integers(-(10**6), 1 << 62))
             for key in fast:

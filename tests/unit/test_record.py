@@ -122,9 +122,14 @@ def test_windows_are_aligned_to_the_epoch():
 
 
 def test_stamp_roundtrip_and_malformed():
-    pid = stamp.new_producer_id("my app/1")
-    value = stamp.encode(pid, 42)
-    assert stamp.decode(value) == (pid.encode(), 42)
+    for version in (1, 2):
+        pid = stamp.new_producer_id("my app/1", version)
+        key, value = stamp.header(pid, 42)
+        assert key == (stamp.STAMP_HEADER if version == 2 else stamp.STAMP_HEADER_V1)
+        assert stamp.decode(key, value) == (pid.encode(), 42)
     for bad in (None, b"", b"12345678", b"bad id!" + (1).to_bytes(8, "big"), b"\xff\xfe" + bytes(8)):
         with pytest.raises(stamp.MalformedStampError):
-            stamp.decode(bad)
+            stamp.decode(stamp.STAMP_HEADER_V1, bad)
+    for bad in (None, b"", b"12345678", bytes(8) + b"\x80", bytes(8) + b"\x80\x00", bytes(8) + b"\xff" * 10):
+        with pytest.raises(stamp.MalformedStampError):
+            stamp.decode(stamp.STAMP_HEADER, bad)

@@ -17,7 +17,6 @@ from alerts.event import COMPLETENESS_BELOW_TARGET
 from audit_consumer import audited as audited_mod
 from audit_consumer.audited import AuditedConsumer, ConsumerAuditSettings
 from audit_record import AuditRecord, MalformedRecordError, consumer_tier, decode, stamp
-from audit_record.stamp import STAMP_HEADER
 from audit_record.tiers import TierOrder
 from audit_record.window_result import FINAL, PROVISIONAL, TIER_FIELDS
 from dashboards.report import tier_section
@@ -341,7 +340,7 @@ PID = "prod@host.1.abcd"
 
 def _msgs(topic, seqs, ts=1_800_000_000_000, partition=0, first_offset=0):
     return [
-        FakeMessage(topic, partition, first_offset + i, ts + i, [(STAMP_HEADER, stamp.encode(PID, s))])
+        FakeMessage(topic, partition, first_offset + i, ts + i, [stamp.header(PID, s)])
         for i, s in enumerate(seqs)
     ]
 
