@@ -302,9 +302,9 @@ def reconcile(
     duplicated count only producers that reported. Messages whose stamp names a producer id without a
     producer snapshot of this topic and window (``unaudited_producers`` ids: a crashed producer whose
     snapshots were lost, a client that copies headers, a garbled or forged stamp) are ``unaccounted``
-    (messages; ``unaccounted_unique``: their distinct stamps): in ``received`` (every message the tier
-    consumed = unique + duplicated + unaudited + unaccounted), never in sent, unique, duplicated or
-    lost (issue 36). The network
+    (messages; ``unaccounted_unique``: their distinct stamps per partition, summed): in ``received``
+    (every message the tier consumed = unique + duplicated + unaudited + unaccounted), never in sent,
+    unique, duplicated or lost (issue 36). The network
     estimates of the predictor's inputs (Eq. 1): ``delay_ms_est`` D = the producers' mean smallest
     broker RTT of the window (``rtt_min_ms``, ms: the delay the network adds to a round trip, as NetEm's
     delay on the producer's interface adds it in the paper's Sec. V; :func:`delay_estimate_ms`),
