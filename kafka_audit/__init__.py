@@ -11,3 +11,19 @@ plumbing that every stage uses (errors, security, topic admin, the local KRaft c
 """
 
 __version__ = "0.1.0"
+
+PRODUCT_PACKAGES: tuple[str, ...] = (
+    "kafka_plumbing",
+    "audit_record",
+    "audit_producer",
+    "audit_consumer",
+    "predictor",
+    "spark_streaming",
+    "control_loop",
+    "alerts",
+    "dashboards",
+    "kafka_audit",
+)
+"""The top-level packages of the product, bottom layer first (the wheel holds them and nothing else; the
+lab's ``testbed`` and ``soak`` are not among them). The tests, the wheel check and the documentation's
+reference pages walk them."""

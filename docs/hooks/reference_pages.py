@@ -27,21 +27,11 @@ from typing import Any
 
 from mkdocs.structure.files import File, Files
 
+from kafka_audit import PRODUCT_PACKAGES
+
 log = logging.getLogger("mkdocs.hooks.reference_pages")
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT_PACKAGES = (
-    "kafka_audit",
-    "kafka_plumbing",
-    "audit_record",
-    "audit_producer",
-    "audit_consumer",
-    "predictor",
-    "spark_streaming",
-    "control_loop",
-    "alerts",
-    "dashboards",
-)
 LAB = ROOT / "lab"
 LAB_RECORDS = (LAB / "README.md", LAB / "experiments", LAB / "bench" / "results")
 """The lab's description, its experiment records and the benchmark reports, served under ``lab/`` as in the

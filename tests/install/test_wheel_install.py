@@ -32,22 +32,12 @@ from pathlib import Path
 
 import pytest
 
+from kafka_audit import PRODUCT_PACKAGES
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 LOCK = REPO / "requirements.lock"
-PRODUCT_PACKAGES = (
-    "kafka_audit",
-    "kafka_plumbing",
-    "audit_record",
-    "audit_producer",
-    "audit_consumer",
-    "spark_streaming",
-    "predictor",
-    "alerts",
-    "dashboards",
-    "control_loop",
-)
 LAB_OR_TEST = ("testbed", "soak", "bench", "fuzz", "synthetic", "tests/", "lab/", "conftest")
 # The shipped model's acceptance (`kafka-audit predictor evaluate --help`; predictor/cli.py): on the
 # held-back 20% of the paper's data, MAE(P_l) < 0.02 and 90% interval coverage of P_l >= 0.85.

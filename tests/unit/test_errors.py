@@ -7,6 +7,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from kafka_audit import PRODUCT_PACKAGES
 from kafka_plumbing.errors import ConfigError, config_error
 
 
@@ -52,21 +53,6 @@ def test_a_model_level_error_has_no_key_and_the_naming_is_the_callers():
 
 def test_the_input_value_is_not_in_the_message():
     assert "hunter2" not in str(config_error(_error(window_ms="hunter2"), "bad"))
-
-
-PRODUCT_PACKAGES = (
-    "kafka_plumbing",
-    "audit_record",
-    "audit_producer",
-    "audit_consumer",
-    "predictor",
-    "spark_streaming",
-    "control_loop",
-    "alerts",
-    "dashboards",
-    "kafka_audit",
-)
-"""Every package of the product (the layers of the import contract; the lab is not the product)."""
 
 
 def _product_exceptions() -> list[type[BaseException]]:
