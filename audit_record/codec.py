@@ -29,8 +29,10 @@ _HEADER_LEN = 10
 WRITER_VERSIONS: dict[str, tuple[str, ...]] = {
     # v1: before NetworkStats.tcp_retransmit_pct; v2: before the per-partition delivery reports;
     # v3: before NetworkStats.rtt_min_ms; v4: before in_flight_bytes; v5: before NetworkStats.tcp_timeout_pct;
-    # v6: before producer_identity (who a v2 stamp's random producer id is, issue 36)
+    # v6: before producer_identity (who a v2 stamp's random producer id is, issue 36);
+    # v7: before accounted, PartitionDelivery.last_offset and read_offsets (finality by proof, issue 37)
     "audit_record": (
+        "audit_record.v7",
         "audit_record.v6",
         "audit_record.v5",
         "audit_record.v4",

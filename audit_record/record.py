@@ -199,6 +199,9 @@ class PartitionDelivery:
         leader: Broker (node id) that led the partition for the longest part of the window, from the
             producer's librdkafka statistics (its metadata); None when unknown.
         leaders: Every broker that led the partition during the window, in order of leadership.
+        last_offset: Highest offset a successful delivery report gave a message of the window in this
+            partition; None when none was acknowledged (acks=0 reports no offset) or in a record
+            written before the field existed.
     """
 
     partition: int
@@ -207,6 +210,21 @@ class PartitionDelivery:
     failed_by_error: dict[str, int] = field(default_factory=dict)
     leader: int | None = None
     leaders: list[int] = field(default_factory=list)
+    last_offset: int | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class ReadOffset:
+    """A reading tier's position in one partition of a snapshot's topic when it emitted the snapshot.
+
+    Attributes:
+        partition: Partition of the snapshot's topic.
+        offset: The next offset the tier will read (the Kafka consumer's position): the snapshot counts
+            every message of the partition at a lower offset.
+    """
+
+    partition: int
+    offset: int
 
 
 @dataclass(slots=True, kw_only=True)
@@ -244,6 +262,8 @@ class AuditRecord:
     network: NetworkStats | None = None
     partitions: list[PartitionDelivery] = field(default_factory=list)
     producer_identity: ProducerIdentity | None = None
+    accounted: bool = False
+    read_offsets: list[ReadOffset] = field(default_factory=list)
 
     def key(self) -> str:
         """Snapshot identity ``tier|source|producer_id|topic|partition|window_start_ms``.
@@ -294,6 +314,10 @@ class AuditRecord:
             raise MalformedRecordError("negative_count", f"in_flight_bytes={self.in_flight_bytes}")
         if any(p.acknowledged < 0 or p.failed < 0 for p in self.partitions):
             raise MalformedRecordError("negative_count", "a partition's acknowledged or failed < 0")
+        if any(p.last_offset is not None and p.last_offset < 0 for p in self.partitions) or any(
+            r.offset < 0 or r.partition < 0 for r in self.read_offsets
+        ):
+            raise MalformedRecordError("negative_count", "a last_offset, read offset or its partition < 0")
         if self.unique > self.received or self.duplicated > self.received:
             raise MalformedRecordError(
                 "inconsistent_counts",
@@ -328,6 +352,7 @@ class AuditRecord:
             PartitionDelivery(**{**p, "failed_by_error": dict(p.get("failed_by_error") or {})})
             for p in values.get("partitions") or ()
         ]
+        values["read_offsets"] = [ReadOffset(**r) for r in values.get("read_offsets") or ()]
         return cls(**values)
 
 
