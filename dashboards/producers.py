@@ -16,7 +16,7 @@ from dashboards._panels import datasource_variable, label_variable, query, table
 
 UID = "kafka-audit-producers"
 TITLE = "Producer reliability"
-SEL = 'topic=~"$topic", producer_id=~"$producer"'
+SEL = 'topic=~"$topic", producer=~"$producer"'
 RATE = "$__rate_interval"
 
 
@@ -36,7 +36,7 @@ def producer_dashboard() -> Dashboard:
             label_variable(
                 "producer",
                 "Producer",
-                'label_values(kafka_audit_producer_info{topic=~"$topic"}, producer_id)',
+                'label_values(kafka_audit_producer_info{topic=~"$topic"}, producer)',
             )
         )
     )
@@ -56,7 +56,7 @@ def producer_dashboard() -> Dashboard:
             timeseries(
                 "Round-trip time",
                 "Average broker round-trip time the producer measured (librdkafka rtt.avg, s).",
-                [query(f"kafka_audit_producer_rtt_seconds{{{SEL}}}", "{{producer_id}} {{topic}}")],
+                [query(f"kafka_audit_producer_rtt_seconds{{{SEL}}}", "{{producer}} {{topic}}")],
                 "s",
             )
         )
@@ -67,7 +67,7 @@ def producer_dashboard() -> Dashboard:
                 [
                     query(
                         f"rate(kafka_audit_producer_tx_retries{{{SEL}}}[{RATE}])",
-                        "{{producer_id}} {{topic}}",
+                        "{{producer}} {{topic}}",
                     )
                 ],
                 "cps",

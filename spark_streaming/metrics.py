@@ -34,7 +34,10 @@ from spark_streaming.retraining import RESULTS as RETRAIN_RESULTS
 LABELS = ("topic", "tier")
 BOUNDS = (("p05", "lo"), ("p50", ""), ("p95", "hi"))
 """Prometheus ``bound`` label -> suffix of the window-result column (``p_loss_lo``, ``p_loss``...)."""
-PRODUCER_INFO_LABELS = ("producer_id", "topic", *window_result.CONFIG_FIELDS)
+PRODUCER_LABELS = ("producer_id", "producer", "topic")
+"""Labels of the per-producer series: the instance id (stamp text form), its readable name
+``<client.id>@<host>.<pid>`` (``producer_identity``; a v1 id is its own name) and the topic."""
+PRODUCER_INFO_LABELS = (*PRODUCER_LABELS, *window_result.CONFIG_FIELDS)
 """Labels of ``kafka_audit_producer_info``: the producer, its topic and its configuration in effect."""
 
 
@@ -210,13 +213,13 @@ class ResultMetrics:
         self.producer_rtt = Gauge(
             "kafka_audit_producer_rtt_seconds",
             "librdkafka mean broker round-trip time rtt.avg of the producer (newest snapshot), seconds",
-            ("producer_id", "topic"),
+            PRODUCER_LABELS,
             registry=r,
         )
         self.producer_retries = Gauge(
             "kafka_audit_producer_tx_retries",
             "Cumulative librdkafka request retries (txretries) of the producer (newest snapshot)",
-            ("producer_id", "topic"),
+            PRODUCER_LABELS,
             registry=r,
         )
         self.prediction_failures = Counter(
@@ -436,14 +439,15 @@ class ResultMetrics:
         """Set the per-producer gauges from ``producer`` rows (newest snapshot wins); expire silent ones.
 
         Args:
-            producers: Rows of :func:`spark_streaming.window_state.producer_row` (``producer_id``, ``topic``,
+            producers: Rows of :func:`spark_streaming.window_state.producer_row` (``producer_id``,
+                ``producer_name`` (None: the id is the name), ``topic``,
                 configuration, ``rtt_avg_ms`` in ms, cumulative ``tx_retries``, ``result_at_ms``).
             now_s: Wall clock, s (default: now); producers not seen for ``producer_ttl_s`` are removed.
         """
         now = time.time() if now_s is None else now_s
         for p in sorted(producers, key=lambda p: p.get("result_at_ms") or 0):
-            key = (str(p["producer_id"]), str(p["topic"]))
-            info = (*key, *(_label(p.get(n)) for n in PRODUCER_INFO_LABELS[2:]))
+            key = (str(p["producer_id"]), str(p.get("producer_name") or p["producer_id"]), str(p["topic"]))
+            info = (*key, *(_label(p.get(n)) for n in PRODUCER_INFO_LABELS[len(PRODUCER_LABELS) :]))
             held = self._producer_labels.get(key)
             if held is not None and held[0] != info:
                 self.producer_info.remove(*held[0])

@@ -63,7 +63,8 @@ def compact(record: AuditRecord, partition: int, offset: int) -> dict[str, Any]:
 
     ``config`` holds the producer configuration by name (``window_result.CONFIG_FIELDS``),
     ``network`` the network statistics by name and ``partitions`` a producer's delivery reports per
-    partition (``audit_record.PartitionDelivery`` as dicts), when the record has them.
+    partition (``audit_record.PartitionDelivery`` as dicts), when the record has them; ``producer_name``
+    the producer's ``<client.id>@<host>.<pid>`` when its snapshot says who it is (``producer_identity``).
     """
     out: dict[str, Any] = {k: getattr(record, k) for k in _KEEP}
     out["order"] = [partition, offset]
@@ -73,6 +74,8 @@ def compact(record: AuditRecord, partition: int, offset: int) -> dict[str, Any]:
         out["network"] = {k: getattr(record.network, k) for k in _NETWORK_KEPT}
     if record.partitions:
         out["partitions"] = [dataclasses.asdict(p) for p in record.partitions]
+    if record.producer_identity is not None:
+        out["producer_name"] = record.producer_identity.name()
     return out
 
 

@@ -49,6 +49,7 @@ EXTRA_COLUMNS: list[tuple[str, str]] = [
     ("src_partition", "int"),
     ("src_offset", "long"),
     ("producer_id", "string"),  # producer rows
+    ("producer_name", "string"),  # producer rows: <client.id>@<host>.<pid>, None when the id is the name
     ("predict_stage", "string"),  # result rows whose prediction failed: the stage (counted, not written)
     ("predict_error", "string"),  # ... and why (logged)
 ]
@@ -82,8 +83,10 @@ def producer_row(
 ) -> dict[str, Any]:
     """Return the ``producer`` row of one producer-tier snapshot (:func:`~spark_streaming.reconcile.compact`).
 
-    Carries the configuration in effect (``acks``, ``batch_num_messages``, ...), librdkafka's mean
-    broker RTT (ms) and cumulative ``txretries``; ``result_at_ms`` is the snapshot's emission time (ms).
+    Carries the producer's readable name (``producer_name``, from ``producer_identity``; None for a v1
+    id, which is its own name), the configuration in effect (``acks``, ``batch_num_messages``, ...),
+    librdkafka's mean broker RTT (ms) and cumulative ``txretries``; ``result_at_ms`` is the snapshot's
+    emission time (ms).
     """
     return {
         "kind": "producer",
@@ -91,6 +94,7 @@ def producer_row(
         "window_start_ms": window_start_ms,
         "window_end_ms": window_end_ms,
         "producer_id": snap["producer_id"],
+        "producer_name": snap.get("producer_name"),
         **snapshot_config(snap),
         **snapshot_network(snap),
         "result_at_ms": snap["emitted_at_ms"],

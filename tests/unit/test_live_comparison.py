@@ -335,6 +335,7 @@ def test_producer_metrics_follow_the_newest_snapshot_and_expire():
     m.observe_producers([snap], now_s=1_000)
     info = {
         "producer_id": "p1",
+        "producer": "p1",  # no producer_identity: the id is its name (a v1 stamp)
         "topic": TOPIC,
         "acks": "1",
         "batch_num_messages": "1",
@@ -345,17 +346,26 @@ def test_producer_metrics_follow_the_newest_snapshot_and_expire():
     }
     assert reg.get_sample_value("kafka_audit_producer_info", info) == 1
     assert (
-        reg.get_sample_value("kafka_audit_producer_rtt_seconds", {"producer_id": "p1", "topic": TOPIC})
+        reg.get_sample_value(
+            "kafka_audit_producer_rtt_seconds", {"producer_id": "p1", "producer": "p1", "topic": TOPIC}
+        )
         == 0.012
     )
     m.observe_producers([{**snap, "batch_num_messages": 4, "tx_retries": 7, "result_at_ms": 2}], now_s=1_010)
     assert reg.get_sample_value("kafka_audit_producer_info", info) is None  # the old configuration is gone
     assert reg.get_sample_value("kafka_audit_producer_info", {**info, "batch_num_messages": "4"}) == 1
-    assert reg.get_sample_value("kafka_audit_producer_tx_retries", {"producer_id": "p1", "topic": TOPIC}) == 7
+    assert (
+        reg.get_sample_value(
+            "kafka_audit_producer_tx_retries", {"producer_id": "p1", "producer": "p1", "topic": TOPIC}
+        )
+        == 7
+    )
     m.observe_producers([], now_s=1_071)
     assert reg.get_sample_value("kafka_audit_producer_info", {**info, "batch_num_messages": "4"}) is None
     assert (
-        reg.get_sample_value("kafka_audit_producer_rtt_seconds", {"producer_id": "p1", "topic": TOPIC})
+        reg.get_sample_value(
+            "kafka_audit_producer_rtt_seconds", {"producer_id": "p1", "producer": "p1", "topic": TOPIC}
+        )
         is None
     )
 

@@ -16,6 +16,9 @@ from audit_record import AuditRecord, NetworkStats, ProducerConfig, ProducerIden
 from audit_record.reader import SnapshotTable
 from audit_record.stamp import new_producer_id
 from kafka_audit.verification_report import producer_names, verification_table
+from spark_streaming.metrics import ResultMetrics
+from spark_streaming.reconcile import compact
+from spark_streaming.window_state import producer_row
 
 CONFIG = ProducerConfig(
     acks="all",
@@ -100,3 +103,24 @@ def test_the_verify_table_names_producers_by_their_snapshots() -> None:
     rendered = io.StringIO()
     Console(file=rendered, width=200).print(verification_table(v))
     assert "load@h.7, old@h.2.cd" in rendered.getvalue()
+
+
+def test_the_producer_metrics_name_v2_producers_and_keep_v1_ids() -> None:
+    """Snapshot -> ``compact`` -> producer row -> Prometheus: the ``producer`` label is the readable name."""
+    v2 = "~0123456789abcdef"
+    ident = ProducerIdentity(
+        client_id="load", host="h", process_id=7, started_at_ms=1, library=LIBRARY, library_version="0"
+    )
+    metrics = ResultMetrics()
+    rows = [
+        producer_row("orders", 60_000, 120_000, compact(_record(pid, who), 0, n))
+        for n, (pid, who) in enumerate([(v2, ident), ("old@h.2.cd", None)])
+    ]
+    metrics.observe_producers(rows, now_s=1.0)
+    named = {
+        s.labels["producer_id"]: s.labels["producer"]
+        for m in metrics.registry.collect()
+        if m.name == "kafka_audit_producer_info"
+        for s in m.samples
+    }
+    assert named == {v2: "load@h.7", "old@h.2.cd": "old@h.2.cd"}
