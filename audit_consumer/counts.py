@@ -300,6 +300,11 @@ def count_batch(
     from_le = int.from_bytes
     v2_raw: bytes | None = None  # the last v2 id's 8 bytes, and its text form v2_pid_
     v2_pid_ = b""
+    # The previous valid v2 stamp's varint after its first byte (sequence >> 7, shared by 128 consecutive
+    # sequences) and its value << 7: a stamp with the same tail only needs its first varint byte read.
+    idb1 = idb + 1
+    v2_tail: bytes | None = None
+    v2_high = 0
     valid, ids = valid_pids, _V2_IDS
     received, duplicated, size, dirty, seqs_at, lats_at = RECEIVED, DUPLICATED, BYTES, DIRTY, SEQS, LATS
     last_topic: str | None = None
@@ -361,16 +366,23 @@ def count_batch(
         elif k0 == header2:  # v2: 8 id bytes || varint(sequence)
             if stamp is None:
                 stamp = b""
-            slen = len(stamp)
-            x = from_le(stamp, "little") >> 64  # the varint's bytes as a little-endian int
-            if slen <= fast and x & hi_t[slen] == cont_t[slen] and x >= min_t[slen]:
-                seq = x & 0x7F | x >> 1 & 0x3F80 | x >> 2 & 0x1FC000 | x >> 3 & 0xFE00000
-                if slen > 12:
-                    seq |= x >> 4 & 0x7F0000000 | x >> 5 & 0x3F800000000
+            tail = stamp[idb1:]
+            if tail == v2_tail:  # the varint's high groups of the previous stamp: valid, value v2_high
+                b0 = stamp[idb]
+                seq = v2_high | b0 & 0x7F if b0 & 0x80 else -1  # no continuation: tail is trailing bytes
             else:
-                seq = v2_sequence(stamp[idb:]) if slen > idb else -1
+                slen = len(stamp)
+                x = from_le(stamp, "little") >> 64  # the varint's bytes as a little-endian int
+                if slen <= fast and x & hi_t[slen] == cont_t[slen] and x >= min_t[slen]:
+                    seq = x & 0x7F | x >> 1 & 0x3F80 | x >> 2 & 0x1FC000 | x >> 3 & 0xFE00000
+                    if slen > 12:
+                        seq |= x >> 4 & 0x7F0000000 | x >> 5 & 0x3F800000000
+                else:
+                    seq = v2_sequence(stamp[idb:]) if slen > idb else -1
+                if seq > 0x7F:  # a valid varint of 2 or more bytes: its high groups are the next ones'
+                    v2_tail, v2_high = tail, seq & ~0x7F
             if seq < 0:
-                dead_letter(m, "bad_stamp", f"audit stamp header of {slen} bytes is malformed")
+                dead_letter(m, "bad_stamp", f"audit stamp header of {len(stamp)} bytes is malformed")
                 continue
             raw = stamp[:idb]
             if raw != v2_raw:

@@ -219,6 +219,44 @@ def test_v2_inline_decoding_agrees_with_decode(raw: bytes, tail: bytes) -> None:
 
 
 @PROPERTY
+@given(
+    st.lists(st.binary(min_size=8, max_size=8), min_size=1, max_size=3),
+    sequences,
+    st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 300), st.sampled_from(["ok", "end", "byte"])), max_size=40
+    ),
+)
+def test_v2_inline_decoding_of_runs_sharing_varint_tails_agrees_with_decode(
+    raws: list[bytes], first: int, steps: list[tuple[int, int, str]]
+) -> None:
+    """count_batch over runs of v2 stamps (its cache of the varint's high groups hit and missed): each
+    message counted as decode() reads it, or dead-lettered; malformed ones share a valid one's tail (the
+    first varint byte without its continuation bit, or any first byte)."""
+    msgs, expected = [], []
+    for offset, (which, step, kind) in enumerate(steps):
+        seq = min(first + step, SEQUENCE_LIMIT - 1)
+        value = raws[which % len(raws)] + encode_varint(seq)
+        if kind == "end":  # the same tail after a byte that ends the varint: trailing bytes
+            value = value[:8] + bytes([value[8] & 0x7F]) + value[9:]
+        elif kind == "byte":
+            value = value[:8] + bytes([step % 256]) + value[9:]
+        msgs.append(Msg("t", 0, offset, 1_000, headers_=[(STAMP_HEADER, value)]))
+        try:
+            expected.append(decode_stamp(STAMP_HEADER, value))
+        except MalformedStampError:
+            expected.append(None)
+    parts = fresh_parts(1_000, 0)
+    n, dead, _ = run_count_batch(msgs, parts, 2_000, {})
+    assert dead == [(o, "bad_stamp") for o, e in enumerate(expected) if e is None]
+    assert n == sum(e is not None for e in expected)
+    counted: dict[bytes, set[int]] = defaultdict(set)
+    for pid, seq in (e for e in expected if e is not None):
+        counted[pid.encode() if isinstance(pid, str) else pid].add(seq)
+    got = {pid: set(b[counts.SEQS]) for (_, pid), b in parts[("t", 0)].open.items()}
+    assert got == counted
+
+
+@PROPERTY
 @given(bad_producer_ids)
 def test_invalid_producer_ids_are_rejected(pid: str) -> None:
     for make in (lambda: encode(pid, 1), lambda: encode_prefix(pid)):
