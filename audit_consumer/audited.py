@@ -47,7 +47,7 @@ from pydantic_settings import SettingsConfigDict
 from audit_consumer import counts
 from audit_consumer.counts import PartitionCounts, count_batch
 from audit_consumer.settings import DEFAULT_STATE_TOPIC, ReplicationNamingSettings
-from audit_consumer.snapshots import dirty_buckets, snapshot_record
+from audit_consumer.snapshots import dirty_buckets, read_position, snapshot_record
 from audit_consumer.state_codec import decode_state, encode_state, state_key
 from audit_record import DEFAULT_AUDIT_TOPIC, DEFAULT_DLQ_TOPIC, DEFAULT_WINDOW_MS, DeadLetter, encode, now_ms
 from audit_record.record import consumer_tier
@@ -446,7 +446,16 @@ class AuditedConsumer:
                     st, closing.get((st.topic, st.partition), set()), None
                 ):
                     record = snapshot_record(
-                        self.tier, self.group, topic, st.partition, a.window_ms, start, pid, b, final
+                        self.tier,
+                        self.group,
+                        topic,
+                        st.partition,
+                        a.window_ms,
+                        start,
+                        pid,
+                        b,
+                        final,
+                        read_position(st, topic),  # the job's finality by proof (invariant 8)
                     )
                     producer.produce(
                         a.audit_topic, encode(record), record.key().encode(), timestamp=record.emitted_at_ms

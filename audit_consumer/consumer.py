@@ -41,7 +41,7 @@ from audit_consumer.counts import PartitionCounts, count_batch
 from audit_consumer.discovery import select_topics
 from audit_consumer.producer_timeouts import ProducerTimeouts
 from audit_consumer.settings import AuditConsumerSettings
-from audit_consumer.snapshots import dirty_buckets, snapshot_record
+from audit_consumer.snapshots import dirty_buckets, read_position, snapshot_record
 from audit_consumer.state_codec import decode_state, encode_state, state_key
 from audit_consumer.transaction_recovery import AuditConsumerError, TransactionRecovery
 from audit_consumer.watchdog import TransactionHungError, call_with_deadline
@@ -413,16 +413,18 @@ class AuditConsumer(TransactionRecovery):
             self._in_txn = False
 
     def _emit(self, st: PartitionCounts, start: int, pid: bytes | None, b: list, final: bool) -> None:
+        topic = self._naming.source_topic(st.topic)  # a MirrorMaker 2 copy counts under its source topic
         record = snapshot_record(
             self.tier,
             self.s.group,
-            self._naming.source_topic(st.topic),  # a MirrorMaker 2 copy counts under its source topic
+            topic,
             st.partition,
             self.s.window_ms,
             start,
             pid,
             b,
             final,
+            read_position(st, topic),  # read_offsets: the job's finality by proof (invariant 8)
         )
         self._producer.produce(
             self.s.audit_topic, encode(record), record.key().encode(), timestamp=record.emitted_at_ms

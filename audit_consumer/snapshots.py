@@ -9,6 +9,11 @@ the tier, the source and where the records go differ: ``cluster:<name>`` / the a
 
 A replicated topic (MirrorMaker 2's ``A.orders``) is reported under its source topic (``orders``): the
 ``topic`` of :func:`snapshot_record` is the name after :class:`kafka_plumbing.replication.ReplicationNaming`.
+
+Each snapshot carries the reader's position in its partition (``read_offsets``: the next offset to read,
+every message below it counted), so the job can prove a window final as soon as the tier has read past
+the producers' acknowledged offsets (docs/DESIGN.md, invariant 8). A replicated copy's offsets are not
+the producers' (MirrorMaker 2 does not keep offsets): its snapshots carry none (:func:`read_position`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections.abc import Iterator
 from audit_consumer import counts
 from audit_consumer.counts import PartitionCounts, fold_latencies, unique_of
 from audit_consumer.latency import percentile
-from audit_record import AuditRecord
+from audit_record import AuditRecord, ReadOffset
 
 
 def dirty_buckets(
@@ -46,6 +51,20 @@ def dirty_buckets(
             b[counts.DIRTY] = 0
 
 
+def read_position(st: PartitionCounts, counted_topic: str) -> int | None:
+    """Return the reader's position in ``st``'s partition for a snapshot's ``read_offsets`` (None: none).
+
+    Args:
+        st: The partition's counts; ``next_offset`` is the next offset to read (-1: nothing read yet).
+        counted_topic: The topic the counts are reported under: a name other than ``st.topic`` (a
+            MirrorMaker 2 copy under its source topic) means the offsets are the copy's, not those the
+            producers were acknowledged with, so none is reported.
+    """
+    if counted_topic != st.topic or st.next_offset < 0:
+        return None
+    return st.next_offset
+
+
 def snapshot_record(
     tier: str,
     source: str,
@@ -56,6 +75,7 @@ def snapshot_record(
     pid: bytes | None,
     bucket: list,
     final: bool,
+    position: int | None = None,
 ) -> AuditRecord:
     """Return the cumulative snapshot of one bucket (one (topic, partition, window, producer id)).
 
@@ -69,6 +89,7 @@ def snapshot_record(
         pid: The stamp's producer id bytes, None for unaudited messages.
         bucket: The bucket (:func:`audit_consumer.counts.new_bucket` layout), latencies folded.
         final: Whether the window is closed at this tier.
+        position: The reader's position in the partition now (:func:`read_position`; None: not said).
     """
     hist = bucket[counts.HIST]
     received = bucket[counts.RECEIVED]
@@ -91,4 +112,5 @@ def snapshot_record(
         latency_p50_ms=percentile(hist, 0.5),
         latency_p99_ms=percentile(hist, 0.99),
         latency_max_ms=float(bucket[counts.LAT_MAX]) if received else None,
+        read_offsets=[] if position is None else [ReadOffset(partition=partition, offset=position)],
     )

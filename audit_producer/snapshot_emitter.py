@@ -17,12 +17,14 @@ from typing import Any
 
 import confluent_kafka
 
+from audit_producer.accounting import is_accounted, next_tick_ms
 from audit_producer.audit_topic_writer import AuditTopicWriter
 from audit_producer.client_statistics import ClientStatistics
 from audit_producer.config_history import ConfigHistory
 from audit_producer.tcp_backlog import Mark, TcpSocket
 from audit_producer.tcp_drain import TcpDrainWait
 from audit_producer.window_counts import (
+    ACCOUNTED,
     ACKED,
     DIRTY,
     FAILED,
@@ -128,6 +130,10 @@ class SnapshotEmitter:
                     view = drain.view()
                 settled = drain.drained((topic, start), w, now, *view)
             closing = close_all or (now >= end + self.grace_ms and settled)
+            if not w[ACCOUNTED] and is_accounted(
+                w, now, end, self.errors_only, drain.in_flight_bytes((topic, start))
+            ):
+                w[ACCOUNTED] = w[DIRTY] = 1  # a snapshot says so now (audit_producer.accounting)
             if not (w[DIRTY] or closing):
                 continue
             if self.errors_only:
@@ -145,6 +151,10 @@ class SnapshotEmitter:
         self.statistics.forget_before(min((start for _, start in self.windows), default=now))
         self.audit_topic.poll()
         return closed
+
+    def next_tick_ms(self, now: int, interval_ms: int) -> int:
+        """Return when the next snapshots are due (:func:`audit_producer.accounting.next_tick_ms`), ms."""
+        return next_tick_ms(self.windows, self.window_ms, self.grace_ms, self.errors_only, now, interval_ms)
 
     def emit(self, topic: str, start: int, end: int, w: list[Any], final: bool) -> None:
         """Send the snapshots of one window (:func:`~audit_producer.window_counts.window_snapshots`).
@@ -169,6 +179,7 @@ class SnapshotEmitter:
             in_flight_bytes=self.tcp_drain.in_flight_bytes((topic, start)),
             partitions=partition_deliveries(w, self.statistics.leaders, topic, start, end),
             identity=self.identity,
+            accounted=bool(w[ACCOUNTED]),
         ):
             self.audit_topic.send(record)
 

@@ -40,7 +40,9 @@ from audit_record import (
     CB_GENERATION,  # the inner producer the callbacks are for (its first sequence number)
     ACKED_BY,  # partition -> successful reports
     FAILED_BY,  # (partition, librdkafka error name) -> failed reports (docs/DESIGN.md, "Attribution")
-) = range(13)
+    LAST_OFFSET_BY,  # partition -> highest offset a successful report gave (issue 37: finality by proof)
+    ACCOUNTED,  # 1: a snapshot said the window is accounted for (audit_producer.accounting)
+) = range(15)
 
 CONFIG_MARKER = "#config-"
 """Source suffix of a window's extra configuration snapshots (``<client.id>#config-<n>``, n = 1, 2, ...)."""
@@ -51,7 +53,7 @@ DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
 def new_window(seq: int, now: int) -> list[Any]:
     """Return the count list of a window whose first message gets sequence number ``seq`` at ``now`` (ms)."""
-    return [0, 0, 0, 0, seq, seq, now, 0, None, None, None, {}, {}]
+    return [0, 0, 0, 0, seq, seq, now, 0, None, None, None, {}, {}, {}, 0]
 
 
 def chain(count: DeliveryCallback, callback: Callable[..., None]) -> DeliveryCallback:
@@ -94,6 +96,7 @@ def window_counter(
         failed: Called as ``failed(w, generation, err, msg)`` for a failed report (it counts it).
     """
     acked_by: dict[int, int] = w[ACKED_BY]
+    last_by: dict[int, int] = w[LAST_OFFSET_BY]
     if then is None:
 
         def count(err: KafkaError | None, msg: Message) -> None:
@@ -102,6 +105,9 @@ def window_counter(
                 w[DIRTY] = 1
                 p = msg.partition()
                 acked_by[p] = acked_by.get(p, 0) + 1
+                o = msg.offset()  # acks=0: librdkafka gives no offset (-1001 or None)
+                if o is not None and o > last_by.get(p, -1):
+                    last_by[p] = o
             else:
                 failed(w, generation, err, msg)
 
@@ -113,6 +119,9 @@ def window_counter(
             w[DIRTY] = 1
             p = msg.partition()
             acked_by[p] = acked_by.get(p, 0) + 1
+            o = msg.offset()
+            if o is not None and o > last_by.get(p, -1):
+                last_by[p] = o
         else:
             failed(w, generation, err, msg)
         then(err, msg)
@@ -124,6 +133,9 @@ def partition_deliveries(
     w: list[Any], leaders: LeaderHistory, topic: str, start: int, end: int
 ) -> list[PartitionDelivery]:
     """Return window ``w``'s delivery reports per partition (by partition), with each one's leader(s).
+
+    Each entry's ``last_offset`` is the highest offset a successful report of the window gave in the
+    partition (None: none acknowledged, or acks=0, whose reports carry no offset).
 
     Args:
         w: The window's count list.
@@ -142,6 +154,9 @@ def partition_deliveries(
     for partition, n in list(acked_by.items()):
         p = out.get(partition) or out.setdefault(partition, PartitionDelivery(partition=partition))
         p.acknowledged = n
+    for partition, offset in list(w[LAST_OFFSET_BY].items()):
+        p = out.get(partition) or out.setdefault(partition, PartitionDelivery(partition=partition))
+        p.last_offset = offset
     for partition, p in out.items():
         p.leader, p.leaders = leaders.during(topic, partition, start, end)
     return [out[k] for k in sorted(out)]
@@ -161,6 +176,7 @@ def window_snapshots(
     in_flight_bytes: int | None,
     partitions: list[PartitionDelivery],
     identity: ProducerIdentity | None = None,
+    accounted: bool = False,
 ) -> list[AuditRecord]:
     """Return the snapshots of one window: its counts, and one more per extra configuration it ran with.
 
@@ -190,6 +206,8 @@ def window_snapshots(
         in_flight_bytes: Bytes not yet acknowledged by TCP (None: not watched).
         partitions: :func:`partition_deliveries` of the window.
         identity: Who the producer instance is (on the window's snapshot; None: not sent).
+        accounted: Every message of the window has a delivery report and the TCP connections hold
+            nothing more of it (:mod:`audit_producer.accounting`); on the window's snapshot only.
     """
     records = [
         AuditRecord(
@@ -211,6 +229,7 @@ def window_snapshots(
             network=network,
             partitions=partitions,
             producer_identity=identity,
+            accounted=accounted,
         )
     ]
     for n, config in enumerate(configs[1:], 1):

@@ -26,9 +26,10 @@ _KEEP = (
     "latency_max_ms",
     "emitted_at_ms",
     "final",
+    "accounted",
 )
-"""What a snapshot keeps of an :class:`~audit_record.AuditRecord` (its counters, what orders it, and
-whether its tier had closed the window)."""
+"""What a snapshot keeps of an :class:`~audit_record.AuditRecord` (its counters, what orders it, whether
+its tier had closed the window, and whether its producer had accounted for every message of it)."""
 _NETWORK_KEPT = (
     "rtt_avg_ms",
     "tx_retries",
@@ -64,7 +65,9 @@ def compact(record: AuditRecord, partition: int, offset: int) -> dict[str, Any]:
     ``config`` holds the producer configuration by name (``window_result.CONFIG_FIELDS``),
     ``network`` the network statistics by name and ``partitions`` a producer's delivery reports per
     partition (``audit_record.PartitionDelivery`` as dicts), when the record has them; ``producer_name``
-    the producer's ``<client.id>@<host>.<pid>`` when its snapshot says who it is (``producer_identity``).
+    the producer's ``<client.id>@<host>.<pid>`` when its snapshot says who it is (``producer_identity``);
+    ``read_offsets`` a reading tier's ``[partition, position]`` pairs when it reports them (the job's
+    finality by proof, :mod:`spark_streaming.finality_proof`).
     """
     out: dict[str, Any] = {k: getattr(record, k) for k in _KEEP}
     out["order"] = [partition, offset]
@@ -76,6 +79,8 @@ def compact(record: AuditRecord, partition: int, offset: int) -> dict[str, Any]:
         out["partitions"] = [dataclasses.asdict(p) for p in record.partitions]
     if record.producer_identity is not None:
         out["producer_name"] = record.producer_identity.name()
+    if record.read_offsets:
+        out["read_offsets"] = [[r.partition, r.offset] for r in record.read_offsets]
     return out
 
 

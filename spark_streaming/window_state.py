@@ -28,6 +28,7 @@ from audit_record.finality import Finality
 from audit_record.record import CLUSTER_TIER_PREFIX
 from audit_record.tiers import TierOrder
 from spark_streaming.decode import DEAD_LETTER_GROUP, HEARTBEAT_GROUP
+from spark_streaming.finality_proof import PROOF, Verdict, judge
 from spark_streaming.reconcile import (
     merge,
     message_timeout_ms,
@@ -131,6 +132,21 @@ def make_reconciler(
     def wait_of(snaps: dict[str, Any]) -> int:
         return rule.wait_ms(message_timeout_ms(snaps.values()))
 
+    def final_rows(
+        topic: str, start: int, end: int, snaps: dict[str, Any], wait: int, verdict: Verdict, by_proof: bool
+    ) -> pd.DataFrame:
+        """Return the final result of a window: by proof (after ``wait`` ms of event time) or its fallback."""
+        rows = reconcile(topic, start, end, snaps.values(), clusters, window_result.FINAL, wait, order)
+        said = (
+            {"final_rule": PROOF, "waiting_for": None}
+            if by_proof
+            else {
+                "final_rule": verdict.fallback,
+                "waiting_for": verdict.waiting_for,
+            }
+        )
+        return _frame([{**r, **said, "kind": "result"} for r in rows])
+
     def reconcile_window(
         key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any
     ) -> Iterator[pd.DataFrame]:
@@ -150,17 +166,23 @@ def make_reconciler(
                 return
             snaps = json.loads(snaps_json)
             wait = wait_of(snaps)
-            deadline = int(end) + wait + tier_final_wait_ms
-            pending = tier_final_wait_ms > 0 and unclosed_tier(snaps.values())
-            if pending and state.getCurrentWatermarkMs() < deadline:
-                state.setTimeoutTimestamp(deadline)  # or earlier: a new snapshot re-arms it (below)
-                return
-            rows = reconcile(
-                topic, window_start, int(end), snaps.values(), clusters, window_result.FINAL, wait, order
-            )
+            watermark = state.getCurrentWatermarkMs()
+            verdict = judge(snaps.values(), clusters, order)
+            # Armed early (below) by a proof that held in an earlier micro-batch and still holds: final now.
+            by_proof = verdict.proven and watermark > int(end)
+            if not by_proof:
+                if watermark < int(end) + wait:  # armed by a proof that no longer holds: the timeout rule
+                    state.setTimeoutTimestamp(int(end) + wait)
+                    return
+                deadline = int(end) + wait + tier_final_wait_ms
+                pending = tier_final_wait_ms > 0 and unclosed_tier(snaps.values())
+                if pending and watermark < deadline:
+                    state.setTimeoutTimestamp(deadline)  # or earlier: a new snapshot re-arms it (below)
+                    return
+            waited = watermark - int(end) if by_proof else wait
             state.update(("{}", int(end), True))
             state.setTimeoutTimestamp(int(end) + wait + retention_ms)
-            yield _frame([{**r, "kind": "result"} for r in rows])
+            yield final_rows(topic, window_start, int(end), snaps, waited, verdict, by_proof)
             return
         snaps: dict[str, Any] = {}
         end = None
@@ -181,6 +203,7 @@ def make_reconciler(
                 )
                 return
             snaps = json.loads(snaps_json)
+        proven_before = bool(snaps) and judge(snaps.values(), clusters, order).proven
         changed = False
         producers: dict[str, dict[str, Any]] = {}
         for pdf in pdfs:
@@ -197,14 +220,25 @@ def make_reconciler(
                             producers[snap["producer_id"]] = snap
         assert end is not None
         wait = wait_of(snaps)
-        state.update((json.dumps(snaps), end, False))
-        state.setTimeoutTimestamp(max(end + wait, state.getCurrentWatermarkMs() + 1))
+        watermark = state.getCurrentWatermarkMs()
+        verdict = judge(snaps.values(), clusters, order)
         out = [producer_row(topic, window_start, end, p) for p in producers.values()]
+        if verdict.proven and proven_before and watermark > end:  # held at the last micro-batch too
+            state.update(("{}", end, True))
+            state.setTimeoutTimestamp(end + wait + retention_ms)
+            if out:
+                yield _frame(out)
+            yield final_rows(topic, window_start, end, snaps, watermark - end, verdict, True)
+            return
+        state.update((json.dumps(snaps), end, False))
+        # Proven: final at the first micro-batch after this one whose watermark is past the window's end.
+        state.setTimeoutTimestamp(max(end if verdict.proven else end + wait, watermark + 1))
         if changed:
             rows = reconcile(
                 topic, window_start, end, snaps.values(), clusters, window_result.PROVISIONAL, wait, order
             )
-            out += [{**r, "kind": "result"} for r in rows]
+            said = {"final_rule": verdict.rule, "waiting_for": verdict.waiting_for}
+            out += [{**r, **said, "kind": "result"} for r in rows]
         if out:
             yield _frame(out)
 
