@@ -1,0 +1,156 @@
+package io.kafkaaudit.interceptors;
+
+import java.time.Duration;
+import java.util.Map;
+import java.util.concurrent.Executors;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import org.apache.kafka.clients.consumer.ConsumerInterceptor;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Audits a Java consumer by configuration alone:
+ * {@code interceptor.classes=io.kafkaaudit.interceptors.AuditConsumerInterceptor} (the application consumer
+ * tier {@code consumer:<group.id>}, docs/DESIGN.md "JVM interceptors"). Counting is {@link ConsumerAuditor}'s;
+ * snapshots are written from a daemon timer thread every {@code kafka.audit.snapshot.interval.ms} and after
+ * each {@code onCommit}, never on the application's thread. Records pass through untouched; no exception
+ * leaves {@code onConsume}, {@code onCommit} or {@code close}. A consumer without {@code group.id} is not
+ * audited (logged).
+ *
+ * @param <K> the client's key type
+ * @param <V> the client's value type
+ */
+public class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor<K, V> {
+    private static final Logger LOG = LoggerFactory.getLogger(AuditConsumerInterceptor.class);
+    /** Default snapshot interval, ms ({@code ConsumerAuditSettings.snapshot_interval_ms}). */
+    public static final long DEFAULT_SNAPSHOT_INTERVAL_MS = 1_000;
+    /** Default grace, ms ({@code ConsumerAuditSettings.grace_ms}). */
+    public static final long DEFAULT_GRACE_MS = 30_000;
+
+    private final InterceptorMetrics metrics = new InterceptorMetrics();
+    private volatile ConsumerAuditor auditor;
+    private ScheduledExecutorService timer;
+    private AuditTopicWriter writer;
+
+    @Override
+    public void configure(Map<String, ?> configs) {
+        AuditSettings settings = AuditSettings.from(configs, DEFAULT_SNAPSHOT_INTERVAL_MS, DEFAULT_GRACE_MS);
+        if (!settings.enabled()) {
+            return;
+        }
+        Object g = configs.get("group.id");
+        if (g == null || g.toString().isBlank()) {
+            LOG.warn("kafka-audit consumer interceptor: no group.id, so no tier consumer:<group.id>; not auditing");
+            return;
+        }
+        String group = g.toString();
+        Object cid = configs.get("client.id");
+        String clientId = cid == null || cid.toString().isBlank() ? "consumer-" + group : cid.toString();
+        writer = new AuditTopicWriter(configs, settings, clientId + ".kafka-audit", metrics);
+        AuditTopicWriter w = writer;
+        ProducerAuditor.Sink sink = new ProducerAuditor.Sink() {
+            @Override
+            public boolean send(String topic, byte[] key, byte[] value, long ts, Iterable<Header> headers,
+                    AuditTopicWriter.Outcome outcome) {
+                return w.send(topic, key, value, ts, headers, outcome);
+            }
+
+            @Override
+            public void flush(Duration timeout) {
+                w.flush(timeout);
+            }
+
+            @Override
+            public void close(Duration timeout) {
+                w.close(timeout);
+            }
+        };
+        auditor = new ConsumerAuditor(settings, group, sink, System::currentTimeMillis, metrics);
+        metrics.register("AuditConsumerInterceptor", clientId);
+        timer = Executors.newSingleThreadScheduledExecutor(r -> {
+            Thread t = new Thread(r, "kafka-audit-consumer-" + clientId);
+            t.setDaemon(true);
+            return t;
+        });
+        long period = settings.snapshotIntervalMs();
+        timer.scheduleWithFixedDelay(this::flush, period, period, TimeUnit.MILLISECONDS);
+        LOG.info("kafka-audit consumer interceptor of {}: tier consumer:{}, audit topic {}, window {} ms",
+                clientId, group, settings.auditTopic(), settings.windowMs());
+    }
+
+    private void flush() {
+        ConsumerAuditor a = auditor;
+        if (a == null) {
+            return;
+        }
+        try {
+            a.flush();
+        } catch (RuntimeException | Error e) {
+            metrics.internalError("flush", e);
+        }
+    }
+
+    @Override
+    public ConsumerRecords<K, V> onConsume(ConsumerRecords<K, V> records) {
+        ConsumerAuditor a = auditor;
+        if (a != null && records != null && !records.isEmpty()) {
+            try {
+                a.onConsume(records);
+            } catch (RuntimeException | Error e) {
+                metrics.internalError("onConsume", e);
+            }
+        }
+        return records;
+    }
+
+    @Override
+    public void onCommit(Map<TopicPartition, OffsetAndMetadata> offsets) {
+        ScheduledExecutorService t = timer;
+        if (auditor == null || t == null) {
+            return;
+        }
+        try {
+            t.execute(this::flush);
+        } catch (RejectedExecutionException e) {
+            // closing
+        } catch (RuntimeException | Error e) {
+            metrics.internalError("onCommit", e);
+        }
+    }
+
+    @Override
+    public void close() {
+        ConsumerAuditor a = auditor;
+        try {
+            if (timer != null) {
+                timer.shutdown();
+                timer.awaitTermination(5, TimeUnit.SECONDS);
+            }
+            if (a != null) {
+                a.flush();
+                writer.flush(Duration.ofSeconds(10));
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        } catch (RuntimeException | Error e) {
+            metrics.internalError("close", e);
+        } finally {
+            auditor = null;
+            if (writer != null) {
+                writer.close(Duration.ofSeconds(5));
+            }
+            metrics.unregister();
+        }
+    }
+
+    /** @return this interceptor's counters (also in JMX) */
+    public InterceptorMetricsMBean metrics() {
+        return metrics;
+    }
+}

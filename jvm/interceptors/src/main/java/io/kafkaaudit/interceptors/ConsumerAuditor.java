@@ -1,0 +1,278 @@
+package io.kafkaaudit.interceptors;
+
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
+import java.util.function.LongSupplier;
+import org.apache.avro.Schema;
+import org.apache.avro.generic.GenericData;
+import org.apache.avro.generic.GenericRecord;
+import org.apache.avro.generic.GenericRecordBuilder;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.record.TimestampType;
+
+/**
+ * The application consumer tier {@code consumer:<group.id>} of one Java consumer: what
+ * {@link AuditConsumerInterceptor} delegates to. The counts and their meaning are {@code AuditedConsumer}'s
+ * (audit_consumer/audited.py): per (topic, partition, window, producer id) {@code received} (consumed),
+ * {@code unique} (distinct (producer id, sequence) pairs), {@code duplicated} (further copies), {@code late}
+ * (read after the window closed), {@code unaudited} (no stamp); stamps v1 and v2; a stamp that does not decode,
+ * or a record without a timestamp, goes to the dead-letter topic (reason {@code bad_stamp} /
+ * {@code no_timestamp}) and is not counted. Snapshots carry {@code read_offsets}: the partition's position.
+ *
+ * <p>Unlike {@code AuditedConsumer}, the interceptor keeps its state in memory only: a restarted or
+ * rebalanced member counts its partitions afresh (the snapshot key has the group as source, so a new
+ * member's snapshot of a window replaces the old one's counts for that partition).
+ */
+final class ConsumerAuditor {
+    /** {@code kafka-audit.dlq.component} of its dead letters. */
+    static final String COMPONENT = "audit-consumer-interceptor";
+    /** A partition without records for this long counts as caught up: its windows close on the wall clock, ms. */
+    static final long IDLE_MS = 5_000;
+    /** Counters of closed windows are kept this long after their end to count late messages, ms. */
+    static final long LATE_RETENTION_MS = 3_600_000;
+
+    /** A record the audit cannot count. */
+    record DeadLetter(String topic, byte[] key, byte[] value, List<Header> headers) {}
+
+    private final Object lock = new Object();
+    private final AuditSettings settings;
+    private final String group;
+    private final String tier;
+    private final String host = ProducerIdentity.hostName();
+    private final ProducerAuditor.Sink sink;
+    private final LongSupplier clock;
+    private final InterceptorMetrics metrics;
+    private final AuditRecordSchema schema = AuditRecordSchema.get();
+    private final Map<TopicPartition, ConsumerPartition> parts = new LinkedHashMap<>();
+    private final Map<Long, String> v2Ids = new HashMap<>();
+    private final List<DeadLetter> deadLetters = new ArrayList<>();
+
+    ConsumerAuditor(AuditSettings settings, String group, ProducerAuditor.Sink sink, LongSupplier clock,
+            InterceptorMetrics metrics) {
+        this.settings = settings;
+        this.group = group;
+        this.tier = "consumer:" + group;
+        this.sink = sink;
+        this.clock = clock;
+        this.metrics = metrics;
+    }
+
+    /** Count every record of a poll. */
+    <K, V> void onConsume(ConsumerRecords<K, V> records) {
+        long now = clock.getAsLong();
+        synchronized (lock) {
+            for (ConsumerRecord<K, V> r : records) {
+                count(r, now);
+            }
+        }
+    }
+
+    private <K, V> void count(ConsumerRecord<K, V> r, long now) {
+        ConsumerPartition st = partition(r.topic(), r.partition());
+        st.nextOffset = r.offset() + 1;
+        st.lastRecordAtMs = now;
+        if (r.timestampType() == TimestampType.NO_TIMESTAMP_TYPE || r.timestamp() < 0) {
+            deadLetter(r, "no_timestamp", "message has no timestamp");
+            return;
+        }
+        Header stamp = null;
+        for (Header h : r.headers()) {
+            if (AuditStamp.KEY.equals(h.key()) || AuditStamp.KEY_V1.equals(h.key())) {
+                stamp = h;
+                break;
+            }
+        }
+        String pid = null;
+        long seq = 0;
+        if (stamp != null) {
+            byte[] v = stamp.value();
+            try {
+                if (AuditStamp.KEY.equals(stamp.key()) && v != null && v.length > AuditStamp.ID_BYTES) {
+                    seq = AuditStamp.decodeVarint(v, AuditStamp.ID_BYTES, v.length - AuditStamp.ID_BYTES);
+                    pid = v2Id(v);
+                } else {
+                    AuditStamp.Decoded d = AuditStamp.decode(stamp.key(), v);
+                    pid = d.producerId();
+                    seq = d.sequence();
+                }
+            } catch (MalformedStampException e) {
+                metrics.malformedStamps.incrementAndGet();
+                deadLetter(r, "bad_stamp", "audit stamp header of " + (v == null ? 0 : v.length) + " bytes is malformed ("
+                        + e.reason() + ")");
+                return;
+            }
+        }
+        st.observe(r.timestamp(), pid, seq, Math.max(0, r.serializedValueSize()), now - r.timestamp());
+    }
+
+    private String v2Id(byte[] v) {
+        long id = 0;
+        for (int i = 0; i < AuditStamp.ID_BYTES; i++) {
+            id = (id << 8) | (v[i] & 0xff);
+        }
+        String text = v2Ids.get(id);
+        if (text == null) {
+            text = AuditStamp.idText(v, 0);
+            if (v2Ids.size() < 100_000) {
+                v2Ids.put(id, text);
+            }
+        }
+        return text;
+    }
+
+    private ConsumerPartition partition(String topic, int p) {
+        TopicPartition tp = new TopicPartition(topic, p);
+        ConsumerPartition st = parts.get(tp);
+        if (st == null) {
+            st = new ConsumerPartition(topic, p, settings.windowMs(), settings.graceMs());
+            parts.put(tp, st);
+        }
+        return st;
+    }
+
+    private <K, V> void deadLetter(ConsumerRecord<K, V> r, String reason, String detail) {
+        if (deadLetters.size() >= 10_000) {
+            return; // counted in the metrics; the buffer stays bounded while the audit topic is unreachable
+        }
+        List<Header> h = List.of(
+                header("kafka-audit.dlq.reason", reason),
+                header("kafka-audit.dlq.detail", detail),
+                header("kafka-audit.dlq.component", COMPONENT),
+                header("kafka-audit.dlq.topic", r.topic()),
+                header("kafka-audit.dlq.partition", Integer.toString(r.partition())),
+                header("kafka-audit.dlq.offset", Long.toString(r.offset())));
+        deadLetters.add(new DeadLetter(r.topic(), bytes(r.key()), bytes(r.value()), h));
+    }
+
+    private static Header header(String key, String value) {
+        return new RecordHeader(key, value.getBytes(StandardCharsets.UTF_8));
+    }
+
+    /** @return a key or value as bytes when the client reads bytes or text (the original bytes), else null */
+    private static byte[] bytes(Object o) {
+        if (o instanceof byte[] b) {
+            return b;
+        }
+        if (o instanceof String s) {
+            return s.getBytes(StandardCharsets.UTF_8);
+        }
+        return null;
+    }
+
+    /**
+     * Close the windows that can close, send the snapshots of every changed bucket and the pending dead
+     * letters; never throws.
+     *
+     * @return snapshots handed to the sink
+     */
+    int flush() {
+        long now = clock.getAsLong();
+        List<GenericRecord> records = new ArrayList<>();
+        List<ConsumerPartition.Bucket> buckets = new ArrayList<>();
+        List<DeadLetter> dead;
+        synchronized (lock) {
+            for (ConsumerPartition st : parts.values()) {
+                boolean idle = now - st.lastRecordAtMs >= IDLE_MS;
+                List<ConsumerPartition.Key> closedNow = st.advance(idle ? now : null, LATE_RETENTION_MS);
+                while (st.buckets() > settings.maxWindows() && st.dropOldest()) {
+                    metrics.windowsDropped.incrementAndGet();
+                }
+                collect(st, st.open, false, closedNow, now, records, buckets);
+                collect(st, st.closed, true, closedNow, now, records, buckets);
+            }
+            dead = new ArrayList<>(deadLetters);
+            deadLetters.clear();
+        }
+        for (DeadLetter d : dead) {
+            metrics.deadLetters.incrementAndGet();
+            sink.send(settings.dlqTopic(), d.key(), d.value(), now, d.headers(), ok -> { });
+        }
+        for (int i = 0; i < records.size(); i++) {
+            GenericRecord r = records.get(i);
+            ConsumerPartition.Bucket b = buckets.get(i);
+            byte[] value;
+            try {
+                value = schema.encode(r);
+            } catch (RuntimeException e) {
+                metrics.internalError("encoding a snapshot", e);
+                continue;
+            }
+            String key = tier + "|" + group + "|" + (r.get("producer_id") == null ? "" : r.get("producer_id")) + "|"
+                    + r.get("topic") + "|" + r.get("partition") + "|" + r.get("window_start_ms");
+            sink.send(settings.auditTopic(), key.getBytes(StandardCharsets.UTF_8), value, now, List.of(), ok -> {
+                if (!ok) {
+                    synchronized (lock) {
+                        b.dirty = true; // cumulative: sent again at the next flush
+                    }
+                }
+            });
+        }
+        return records.size();
+    }
+
+    private void collect(ConsumerPartition st, Map<ConsumerPartition.Key, ConsumerPartition.Bucket> table, boolean closedTable,
+            List<ConsumerPartition.Key> closedNow, long now, List<GenericRecord> records, List<ConsumerPartition.Bucket> buckets) {
+        for (Map.Entry<ConsumerPartition.Key, ConsumerPartition.Bucket> e : table.entrySet()) {
+            ConsumerPartition.Bucket b = e.getValue();
+            if (!b.dirty) {
+                continue;
+            }
+            boolean isFinal = closedTable || closedNow.contains(e.getKey());
+            records.add(record(st, e.getKey(), b, isFinal, now));
+            buckets.add(b);
+            b.dirty = false;
+        }
+    }
+
+    private GenericRecord record(ConsumerPartition st, ConsumerPartition.Key k, ConsumerPartition.Bucket b, boolean isFinal,
+            long now) {
+        Schema s = schema.schema();
+        String pid = k.producerId();
+        GenericRecordBuilder out = schema.builder()
+                .set("record_id", UUID.randomUUID().toString().replace("-", ""))
+                .set("tier", tier)
+                .set("source", group)
+                .set("host", host)
+                .set("producer_id", pid)
+                .set("topic", st.topic)
+                .set("partition", st.partition)
+                .set("window_start_ms", k.start())
+                .set("window_end_ms", k.start() + st.windowMs)
+                .set("emitted_at_ms", now)
+                .set("final", isFinal)
+                .set("received", b.received)
+                .set("unique", b.unique(pid))
+                .set("duplicated", b.duplicated)
+                .set("late", b.late)
+                .set("unaudited", pid == null ? b.received : 0L)
+                .set("bytes", b.bytes)
+                .set("latency_p50_ms", b.latency.percentile(0.5))
+                .set("latency_p99_ms", b.latency.percentile(0.99))
+                .set("latency_max_ms", b.latency.max());
+        Schema ro = schema.type("ReadOffset");
+        if (ro != null && AuditRecordSchema.has(s, "read_offsets")) {
+            GenericData.Array<GenericRecord> offsets = new GenericData.Array<>(1, s.getField("read_offsets").schema());
+            if (st.nextOffset >= 0) {
+                offsets.add(new GenericRecordBuilder(ro).set("partition", st.partition).set("offset", st.nextOffset).build());
+            }
+            out.set("read_offsets", offsets);
+        }
+        return out.build();
+    }
+
+    /** For tests: the partitions counted. */
+    int partitions() {
+        synchronized (lock) {
+            return parts.size();
+        }
+    }
+}

@@ -1,0 +1,178 @@
+package io.kafkaaudit.interceptors;
+
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import org.roaringbitmap.longlong.Roaring64Bitmap;
+
+/**
+ * The application consumer tier's counts of one (topic, partition), as {@code audit_consumer/counts.py}'s
+ * {@code PartitionCounts}: per (window, producer id) a bucket of counters and the set of sequences seen (a
+ * 64-bit Roaring bitmap); a second copy of (producer id, sequence) is a duplicate. A window closes when the
+ * partition's watermark (largest CreateTime seen; the wall clock once the partition is idle) passes its end
+ * + grace; then its sequence set is dropped and its counters kept to count late messages. Guarded by the
+ * {@link ConsumerAuditor}'s lock.
+ */
+final class ConsumerPartition {
+    /** (window start, producer id text or null for unaudited messages). */
+    record Key(long start, String producerId) {}
+
+    /** Counters of one (window, producer id). */
+    static final class Bucket {
+        long received;
+        long duplicated;
+        long unique;
+        long bytes;
+        long late;
+        boolean dirty = true;
+        Roaring64Bitmap sequences = new Roaring64Bitmap();
+        final LatencyHistogram latency = new LatencyHistogram();
+
+        long unique(String producerId) {
+            if (producerId == null) {
+                return 0;
+            }
+            return sequences != null ? sequences.getLongCardinality() : unique;
+        }
+    }
+
+    final String topic;
+    final int partition;
+    final long windowMs;
+    final long graceMs;
+    long nextOffset = -1;
+    long watermarkMs = -1;
+    long closedHorizonMs = -1;
+    long lastRecordAtMs;
+    final Map<Key, Bucket> open = new HashMap<>();
+    final Map<Key, Bucket> closed = new HashMap<>();
+    private Bucket last;
+    private String lastPid;
+    private long lastLo;
+    private long lastHi;
+
+    ConsumerPartition(String topic, int partition, long windowMs, long graceMs) {
+        this.topic = topic;
+        this.partition = partition;
+        this.windowMs = windowMs;
+        this.graceMs = graceMs;
+    }
+
+    /** @return the smallest window start still open (-1: none closed yet) */
+    long firstOpenStart() {
+        long h = closedHorizonMs;
+        return h >= 0 ? h - Math.floorMod(h, windowMs) : -1;
+    }
+
+    /**
+     * Count one message ({@code PartitionCounts.observe}).
+     *
+     * @param ts CreateTime, ms
+     * @param pid producer id text, null for an unaudited message
+     * @param seq sequence (ignored when unaudited)
+     * @param size value bytes
+     * @param latencyMs consume time - CreateTime, ms
+     */
+    void observe(long ts, String pid, long seq, long size, long latencyMs) {
+        if (ts > watermarkMs) {
+            watermarkMs = ts;
+        }
+        Bucket b;
+        if (last != null && ts >= lastLo && ts < lastHi && Objects.equals(pid, lastPid)) {
+            b = last;
+        } else {
+            long start = ts - Math.floorMod(ts, windowMs);
+            if (start < firstOpenStart()) {
+                Bucket c = closed.computeIfAbsent(new Key(start, pid), k -> {
+                    Bucket n = new Bucket();
+                    n.sequences = null;
+                    return n;
+                });
+                c.late++;
+                c.dirty = true;
+                return;
+            }
+            b = open.computeIfAbsent(new Key(start, pid), k -> new Bucket());
+            last = b;
+            lastPid = pid;
+            lastLo = start;
+            lastHi = start + windowMs;
+        }
+        b.received++;
+        b.bytes += size;
+        b.latency.add(latencyMs);
+        b.dirty = true;
+        if (pid != null) {
+            if (b.sequences.contains(seq)) {
+                b.duplicated++;
+            } else {
+                b.sequences.addLong(seq);
+            }
+        }
+    }
+
+    /**
+     * Close the open windows whose end + grace is at or before the watermark; drop closed counters older than
+     * {@code lateRetentionMs} after their end.
+     *
+     * @param nowMs the wall clock if the partition is idle (caught up), else null
+     * @return the keys of the windows closed now
+     */
+    List<Key> advance(Long nowMs, long lateRetentionMs) {
+        long wm = nowMs == null ? watermarkMs : Math.max(watermarkMs, nowMs);
+        List<Key> out = new ArrayList<>();
+        if (wm < 0) {
+            return out;
+        }
+        long horizon = wm - graceMs;
+        if (horizon <= closedHorizonMs) {
+            return out;
+        }
+        long before = firstOpenStart();
+        closedHorizonMs = horizon;
+        long firstOpen = firstOpenStart();
+        if (firstOpen == before) {
+            return out;
+        }
+        for (Map.Entry<Key, Bucket> e : new ArrayList<>(open.entrySet())) {
+            if (e.getKey().start() < firstOpen) {
+                Bucket b = open.remove(e.getKey());
+                b.unique = b.unique(e.getKey().producerId());
+                b.sequences = null;
+                b.dirty = true;
+                closed.put(e.getKey(), b);
+                out.add(e.getKey());
+                if (b == last) {
+                    last = null;
+                }
+            }
+        }
+        closed.keySet().removeIf(k -> k.start() + windowMs + lateRetentionMs < horizon);
+        return out;
+    }
+
+    /** @return buckets open and closed */
+    int buckets() {
+        return open.size() + closed.size();
+    }
+
+    /** Drop the oldest bucket (closed first); @return whether one was dropped */
+    boolean dropOldest() {
+        Map<Key, Bucket> from = closed.isEmpty() ? open : closed;
+        Key oldest = null;
+        for (Key k : from.keySet()) {
+            if (oldest == null || k.start() < oldest.start()) {
+                oldest = k;
+            }
+        }
+        if (oldest == null) {
+            return false;
+        }
+        if (from.remove(oldest) == last) {
+            last = null;
+        }
+        return true;
+    }
+}

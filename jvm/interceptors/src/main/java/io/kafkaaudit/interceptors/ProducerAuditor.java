@@ -1,0 +1,414 @@
+package io.kafkaaudit.interceptors;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
+import java.util.function.LongSupplier;
+import org.apache.avro.Schema;
+import org.apache.avro.generic.GenericData;
+import org.apache.avro.generic.GenericRecord;
+import org.apache.avro.generic.GenericRecordBuilder;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.Headers;
+import org.apache.kafka.common.protocol.Errors;
+
+/**
+ * The producer tier's audit of one Java producer instance: what {@link AuditProducerInterceptor} delegates to.
+ *
+ * <p>Per (topic, event-time window of the record's CreateTime) it counts sent (stamped in {@code onSend}),
+ * acknowledged and failed (from {@code onAcknowledgement}, per partition with the error names and the highest
+ * acknowledged offset), bytes (serialized value bytes of the reported messages) and the acknowledgement
+ * latency (acknowledgement time minus CreateTime). An acknowledgement finds its window through the stamp in
+ * the record's headers: the sequence indexes a ring of window slots ({@code kafka.audit.inflight.slots}).
+ *
+ * <p>Snapshots are cumulative (invariant 2): every {@code snapshot.interval.ms} for the windows that changed,
+ * and one final snapshot per window once its end + grace has passed and every message of it is acknowledged
+ * or failed ({@code accounted}), or at the latest at its end + {@code delivery.timeout.ms} + the delivery
+ * margin (nothing can be acknowledged later; then not accounted), and for every window at {@link #closeAll}.
+ * The Java client has no view of its TCP connections: {@code in_flight_bytes} is null.
+ *
+ * <p>Thread safety: {@code onSend} (application threads), {@code onAcknowledgement} (the client's I/O
+ * thread) and {@link #tick} (the interceptor's timer) share one lock, held for a few field updates.
+ */
+final class ProducerAuditor {
+    /** The snapshots' library name. */
+    static final String LIBRARY = "kafka-audit-java";
+    /** The interceptors' version. */
+    static final String VERSION = "0.1.0";
+
+    /** Where snapshots go (the audit topic's producer, or a test's list). */
+    interface Sink {
+        boolean send(String topic, byte[] key, byte[] value, long timestampMs, Iterable<Header> headers,
+                AuditTopicWriter.Outcome outcome);
+
+        void flush(Duration timeout);
+
+        void close(Duration timeout);
+    }
+
+    private final Object lock = new Object();
+    private final AuditSettings settings;
+    private final ProducerIdentity identity;
+    private final ProducerSettingsReport config;
+    private final Sink sink;
+    private final LongSupplier clock;
+    private final InterceptorMetrics metrics;
+    private final AuditRecordSchema schema = AuditRecordSchema.get();
+    private final byte[] id = AuditStamp.newProducerId();
+    private final String idText = AuditStamp.idText(id, 0);
+    private final Map<String, Map<Long, ProducerWindow>> windows = new HashMap<>();
+    private final ProducerWindow[] bySlot;
+    private final ArrayDeque<Short> freeSlots = new ArrayDeque<>();
+    private final short[] ring;
+    private final int ringMask;
+    private int open;
+    private long lastSequence;
+    private ProducerWindow last;
+    private long nextSnapshotMs;
+
+    ProducerAuditor(AuditSettings settings, ProducerIdentity identity, ProducerSettingsReport config, Sink sink,
+            LongSupplier clock, InterceptorMetrics metrics) {
+        this.settings = settings;
+        this.identity = identity;
+        this.config = config;
+        this.sink = sink;
+        this.clock = clock;
+        this.metrics = metrics;
+        this.bySlot = new ProducerWindow[settings.maxWindows() + 1];
+        for (int s = 1; s <= settings.maxWindows(); s++) {
+            freeSlots.add((short) s);
+        }
+        this.ring = new short[settings.inflightSlots()];
+        this.ringMask = ring.length - 1;
+        this.nextSnapshotMs = clock.getAsLong() + settings.snapshotIntervalMs();
+    }
+
+    /** @return the instance's producer id, text form ({@code ~} + 16 hex digits) */
+    String producerId() {
+        return idText;
+    }
+
+    /**
+     * Count one record handed to {@code send()} and return its stamp value (8 id bytes + varint sequence).
+     *
+     * @param topic the record's topic
+     * @param timestampMs its CreateTime, ms since the epoch UTC
+     */
+    byte[] onSend(String topic, long timestampMs) {
+        long start = timestampMs - Math.floorMod(timestampMs, settings.windowMs());
+        long seq;
+        synchronized (lock) {
+            seq = ++lastSequence;
+            ProducerWindow w = last;
+            if (w == null || w.start != start || w.state != ProducerWindow.State.OPEN || !w.topic.equals(topic)) {
+                w = window(topic, start);
+                last = w;
+            }
+            w.sent++;
+            if (w.firstSequence < 0) {
+                w.firstSequence = seq;
+            }
+            w.lastSequence = seq;
+            w.lastSendMs = timestampMs;
+            w.dirty = true;
+            ring[(int) seq & ringMask] = w.slot;
+        }
+        return AuditStamp.encodeV2(id, seq);
+    }
+
+    private ProducerWindow window(String topic, long start) {
+        Map<Long, ProducerWindow> byStart = windows.computeIfAbsent(topic, t -> new HashMap<>());
+        ProducerWindow w = byStart.get(start);
+        if (w != null) {
+            if (w.state == ProducerWindow.State.FINAL_PENDING) {
+                w.state = ProducerWindow.State.OPEN; // a record with an old timestamp: the window reopens
+            }
+            return w;
+        }
+        if (freeSlots.isEmpty()) {
+            dropOldest();
+        }
+        w = new ProducerWindow(topic, start, settings.windowMs(), freeSlots.poll());
+        bySlot[w.slot] = w;
+        byStart.put(start, w);
+        open++;
+        return w;
+    }
+
+    private void dropOldest() {
+        ProducerWindow oldest = null;
+        for (Map<Long, ProducerWindow> m : windows.values()) {
+            for (ProducerWindow w : m.values()) {
+                if (oldest == null || w.start < oldest.start) {
+                    oldest = w;
+                }
+            }
+        }
+        if (oldest != null) {
+            remove(oldest);
+            metrics.windowsDropped.incrementAndGet();
+        }
+    }
+
+    private void remove(ProducerWindow w) {
+        Map<Long, ProducerWindow> m = windows.get(w.topic);
+        if (m != null && m.get(w.start) == w) {
+            m.remove(w.start);
+            if (m.isEmpty()) {
+                windows.remove(w.topic);
+            }
+        }
+        if (bySlot[w.slot] == w) {
+            bySlot[w.slot] = null;
+            freeSlots.add(w.slot);
+        }
+        w.state = ProducerWindow.State.DONE;
+        if (last == w) {
+            last = null;
+        }
+        open--;
+    }
+
+    /**
+     * Count one acknowledgement or failure.
+     *
+     * @param md the record's metadata (partition -1 and no offset or timestamp for a failure)
+     * @param error null for success
+     * @param headers the record's headers, with the stamp {@link #onSend} made first
+     */
+    void onAcknowledgement(RecordMetadata md, Exception error, Headers headers) {
+        long seq = sequenceOf(headers);
+        long now = clock.getAsLong();
+        String errorName = error == null ? null : errorName(error);
+        synchronized (lock) {
+            ProducerWindow w = seq <= 0 || seq <= lastSequence - ring.length ? null : bySlot[ring[(int) seq & ringMask]];
+            if (w == null || seq < w.firstSequence || seq > w.lastSequence) {
+                metrics.unattributedAcknowledgements.incrementAndGet();
+                return;
+            }
+            int p = md == null ? -1 : md.partition();
+            ProducerWindow.Partition part = w.partition(p);
+            if (error == null) {
+                w.acknowledged++;
+                part.acknowledged++;
+                if (md.hasOffset() && md.offset() > part.lastOffset) {
+                    part.lastOffset = md.offset();
+                }
+                if (md.hasTimestamp()) {
+                    w.latency.add(now - md.timestamp());
+                }
+            } else {
+                w.failed++;
+                part.failed++;
+                part.failedByError.merge(errorName, 1L, Long::sum);
+            }
+            if (md != null && md.serializedValueSize() > 0) {
+                w.bytes += md.serializedValueSize();
+            }
+            w.dirty = true;
+            if (w.state == ProducerWindow.State.FINAL_PENDING) {
+                w.state = ProducerWindow.State.OPEN; // its final snapshot is outdated: a new one follows
+            }
+        }
+    }
+
+    /** @return the sequence of this instance's stamp in the headers, or -1 */
+    long sequenceOf(Headers headers) {
+        if (headers == null) {
+            return -1;
+        }
+        for (Header h : headers) {
+            if (AuditStamp.KEY.equals(h.key())) {
+                byte[] v = h.value();
+                if (v == null || v.length <= AuditStamp.ID_BYTES) {
+                    return -1;
+                }
+                for (int i = 0; i < AuditStamp.ID_BYTES; i++) {
+                    if (v[i] != id[i]) {
+                        return -1;
+                    }
+                }
+                try {
+                    return AuditStamp.decodeVarint(v, AuditStamp.ID_BYTES, v.length - AuditStamp.ID_BYTES);
+                } catch (MalformedStampException e) {
+                    return -1;
+                }
+            }
+        }
+        return -1;
+    }
+
+    /** @return the Kafka error name of a send failure ({@code Errors.name()}), else the exception's class name */
+    static String errorName(Exception error) {
+        try {
+            Errors e = Errors.forException(error);
+            if (e != Errors.UNKNOWN_SERVER_ERROR || error instanceof org.apache.kafka.common.errors.UnknownServerException) {
+                return e.name();
+            }
+        } catch (RuntimeException | LinkageError ignored) {
+            // an older or newer client without this mapping: the class name below
+        }
+        return error.getClass().getSimpleName();
+    }
+
+    /**
+     * Send the snapshots due at {@code now}: changed windows every snapshot interval, finals of the windows
+     * that can close (see the class comment); never throws.
+     *
+     * @param closeAll close every window (the client is closing)
+     * @return the number of snapshots handed to the sink
+     */
+    int tick(boolean closeAll) {
+        long now = clock.getAsLong();
+        List<ProducerWindow> emit = new ArrayList<>();
+        List<GenericRecord> records = new ArrayList<>();
+        synchronized (lock) {
+            boolean periodic = now >= nextSnapshotMs;
+            if (periodic) {
+                nextSnapshotMs = now + settings.snapshotIntervalMs();
+            }
+            for (Map<Long, ProducerWindow> m : windows.values()) {
+                for (ProducerWindow w : m.values()) {
+                    if (w.state != ProducerWindow.State.OPEN) {
+                        continue;
+                    }
+                    boolean accounted = w.accounted();
+                    boolean closing = closeAll || (now >= w.end + settings.graceMs()
+                            && (accounted || now >= w.end + config.deliveryTimeoutMs() + settings.deliveryMarginMs()));
+                    if (!(closing || (periodic && w.dirty))) {
+                        continue;
+                    }
+                    records.add(record(w, now, closing, accounted && config.acksProveDelivery()));
+                    w.dirty = false;
+                    if (closing) {
+                        w.state = ProducerWindow.State.FINAL_PENDING;
+                    }
+                    emit.add(w);
+                }
+            }
+        }
+        for (int i = 0; i < emit.size(); i++) {
+            ProducerWindow w = emit.get(i);
+            GenericRecord r = records.get(i);
+            boolean isFinal = (Boolean) r.get("final");
+            byte[] value;
+            try {
+                value = schema.encode(r);
+            } catch (RuntimeException e) {
+                metrics.internalError("encoding a snapshot", e);
+                continue;
+            }
+            byte[] key = key(w).getBytes(StandardCharsets.UTF_8);
+            sink.send(settings.auditTopic(), key, value, now, List.of(), ok -> done(w, isFinal, ok));
+        }
+        return emit.size();
+    }
+
+    private void done(ProducerWindow w, boolean isFinal, boolean ok) {
+        synchronized (lock) {
+            if (!ok) {
+                w.dirty = true; // cumulative: the next snapshot repairs it
+                if (w.state == ProducerWindow.State.FINAL_PENDING) {
+                    w.state = ProducerWindow.State.OPEN; // the final is sent again at the next tick
+                }
+            } else if (isFinal && w.state == ProducerWindow.State.FINAL_PENDING) {
+                remove(w);
+            }
+        }
+    }
+
+    /** Close every window: finals for all, then wait for the audit topic at most {@code timeout}. */
+    void closeAll(Duration timeout) {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        tick(true);
+        sink.flush(Duration.ofNanos(Math.max(0, deadline - System.nanoTime())));
+        if (openWindows() > 0 && System.nanoTime() < deadline) { // a final failed: once more
+            tick(true);
+            sink.flush(Duration.ofNanos(Math.max(0, deadline - System.nanoTime())));
+        }
+    }
+
+    /** @return windows not yet closed with an acknowledged final snapshot */
+    int openWindows() {
+        synchronized (lock) {
+            return open;
+        }
+    }
+
+    private String key(ProducerWindow w) {
+        return "producer|" + identity.clientId() + "|" + idText + "|" + w.topic + "|-1|" + w.start;
+    }
+
+    private GenericRecord record(ProducerWindow w, long now, boolean isFinal, boolean accounted) {
+        Schema s = schema.schema();
+        GenericRecordBuilder b = schema.builder()
+                .set("record_id", UUID.randomUUID().toString().replace("-", ""))
+                .set("tier", "producer")
+                .set("source", identity.clientId())
+                .set("host", identity.host())
+                .set("producer_id", idText)
+                .set("topic", w.topic)
+                .set("partition", -1)
+                .set("window_start_ms", w.start)
+                .set("window_end_ms", w.end)
+                .set("emitted_at_ms", now)
+                .set("final", isFinal)
+                .set("sent", w.sent)
+                .set("acknowledged", Math.min(w.acknowledged, w.sent - w.failed))
+                .set("failed", w.failed)
+                .set("first_sequence", w.firstSequence < 0 ? null : w.firstSequence)
+                .set("last_sequence", w.lastSequence < 0 ? null : w.lastSequence)
+                .set("bytes", w.bytes)
+                .set("in_flight_bytes", null)
+                .set("latency_p50_ms", w.latency.percentile(0.5))
+                .set("latency_p99_ms", w.latency.percentile(0.99))
+                .set("latency_max_ms", w.latency.max())
+                .set("producer_config", config.record(schema))
+                .set("network", null)
+                .set("partitions", partitions(w));
+        AuditRecordSchema.set(b, s, "producer_identity", identity.record(schema));
+        AuditRecordSchema.set(b, s, "accounted", accounted);
+        return b.build();
+    }
+
+    private List<GenericRecord> partitions(ProducerWindow w) {
+        Schema ps = schema.type("PartitionDelivery");
+        List<GenericRecord> out = new ArrayList<>();
+        List<Integer> ids = new ArrayList<>(w.partitions.keySet());
+        ids.sort(null);
+        for (int p : ids) {
+            ProducerWindow.Partition part = w.partitions.get(p);
+            GenericRecordBuilder b = new GenericRecordBuilder(ps)
+                    .set("partition", p)
+                    .set("acknowledged", part.acknowledged)
+                    .set("failed", part.failed)
+                    .set("failed_by_error", new HashMap<>(part.failedByError))
+                    .set("leader", null)
+                    .set("leaders", new GenericData.Array<Integer>(0, ps.getField("leaders").schema()));
+            AuditRecordSchema.set(b, ps, "last_offset", part.lastOffset < 0 ? null : part.lastOffset);
+            out.add(b.build());
+        }
+        return out;
+    }
+
+    /** For tests: the windows' (topic, start) still open. */
+    List<String> windowKeys() {
+        synchronized (lock) {
+            List<String> out = new ArrayList<>();
+            for (Map<Long, ProducerWindow> m : windows.values()) {
+                for (Iterator<ProducerWindow> it = m.values().iterator(); it.hasNext();) {
+                    ProducerWindow w = it.next();
+                    out.add(w.topic + "@" + w.start);
+                }
+            }
+            return out;
+        }
+    }
+}

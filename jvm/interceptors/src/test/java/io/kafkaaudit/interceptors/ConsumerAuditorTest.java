@@ -1,0 +1,93 @@
+package io.kafkaaudit.interceptors;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.avro.generic.GenericRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.apache.kafka.common.record.TimestampType;
+import org.junit.jupiter.api.Test;
+
+/** The application consumer tier: AuditedConsumer's counts (received, unique, duplicated, unaudited, late). */
+class ConsumerAuditorTest {
+    static final long W = 60_000;
+    final AtomicLong now = new AtomicLong(10 * W);
+    final ProducerAuditorTest.ListSink sink = new ProducerAuditorTest.ListSink();
+    final InterceptorMetrics metrics = new InterceptorMetrics();
+    final ConsumerAuditor auditor = new ConsumerAuditor(AuditSettings.from(Map.of(), 1_000, 30_000), "billing", sink,
+            now::get, metrics);
+    long offset;
+
+    ConsumerRecord<byte[], byte[]> rec(long ts, Header... headers) {
+        return new ConsumerRecord<>("orders", 0, offset++, ts, TimestampType.CREATE_TIME, -1, 10, null, new byte[10],
+                new RecordHeaders(headers), Optional.empty());
+    }
+
+    static Header v2(long seq) {
+        return new RecordHeader(AuditStamp.KEY, AuditStamp.encodeV2(new byte[] {1, 2, 3, 4, 5, 6, 7, 8}, seq));
+    }
+
+    void consume(List<ConsumerRecord<byte[], byte[]>> records) {
+        auditor.onConsume(new ConsumerRecords<>(Map.of(new TopicPartition("orders", 0), records),
+                Map.<TopicPartition, OffsetAndMetadata>of()));
+    }
+
+    @Test
+    void countsUniqueDuplicatedUnauditedAndDeadLettersBadStamps() throws Exception {
+        long t = 10 * W + 5;
+        List<ConsumerRecord<byte[], byte[]>> batch = new ArrayList<>();
+        batch.add(rec(t, v2(1)));
+        batch.add(rec(t, v2(2)));
+        batch.add(rec(t, v2(2))); // a duplicate
+        batch.add(rec(t)); // unaudited
+        batch.add(rec(t, new RecordHeader(AuditStamp.KEY_V1, AuditStamp.encode("app@h.1.x", 9))));
+        batch.add(rec(t, new RecordHeader(AuditStamp.KEY, new byte[] {1, 2, 3}))); // malformed
+        consume(batch);
+        assertEquals(3, auditor.flush()); // three buckets: the v2 producer, the v1 producer, unaudited
+        List<GenericRecord> byPid = sink.records.stream().filter(r -> "~0102030405060708".equals(String.valueOf(r.get("producer_id")))).toList();
+        assertEquals(1, byPid.size());
+        GenericRecord r = byPid.get(0);
+        assertEquals(3L, r.get("received"));
+        assertEquals(2L, r.get("unique"));
+        assertEquals(1L, r.get("duplicated"));
+        assertEquals("consumer:billing", r.get("tier").toString());
+        assertEquals("billing", r.get("source").toString());
+        assertEquals(0, r.get("partition"));
+        GenericRecord unaudited = sink.records.stream().filter(x -> x.get("producer_id") == null).findFirst().orElseThrow();
+        assertEquals(1L, unaudited.get("unaudited"));
+        assertTrue(sink.records.stream().anyMatch(x -> "app@h.1.x".equals(String.valueOf(x.get("producer_id")))));
+        assertEquals(1, metrics.getMalformedStamps());
+        assertEquals(1, metrics.getDeadLetters());
+        if (r.getSchema().getField("read_offsets") != null) {
+            GenericRecord pos = (GenericRecord) ((List<?>) r.get("read_offsets")).get(0);
+            assertEquals(6L, pos.get("offset"));
+        }
+    }
+
+    @Test
+    void windowsCloseOnTheWatermarkThenLateMessagesAreCounted() {
+        consume(List.of(rec(10 * W + 1, v2(1))));
+        consume(List.of(rec(11 * W + 30_000, v2(2)))); // watermark: window 10 ends + grace passed
+        auditor.flush();
+        GenericRecord closed = sink.finals().stream().filter(r -> (Long) r.get("window_start_ms") == 10 * W).findFirst().orElseThrow();
+        assertEquals(1L, closed.get("unique"));
+        consume(List.of(rec(10 * W + 2, v2(3))));
+        sink.records.clear();
+        auditor.flush();
+        GenericRecord late = sink.records.stream().filter(r -> (Long) r.get("window_start_ms") == 10 * W).findFirst().orElseThrow();
+        assertEquals(1L, late.get("late"));
+        assertEquals(1L, late.get("received"));
+        assertEquals(true, late.get("final"));
+    }
+}
