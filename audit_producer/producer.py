@@ -46,7 +46,7 @@ from audit_producer.producer_status import ProducerStatus
 from audit_producer.reconfiguration import LiveReconfiguration
 from audit_producer.settings import ProducerAuditSettings
 from audit_producer.snapshot_emitter import SnapshotEmitter
-from audit_producer.stamp_packer import stamp_packer
+from audit_producer.stamp_packer import stamp_blocks
 from audit_producer.tcp_backlog import open_backlog
 from audit_producer.tcp_drain import TcpDrainWait
 from audit_producer.window_counts import BYTES as _BYTES
@@ -156,8 +156,9 @@ class AuditedProducer(ProducerStatus, InnerProducerMethods):
         "_reports",
         "_seq",
         "_snapshots",
-        "_stamp",
+        "_stamp_block",
         "_stamp_key",
+        "_stamps",
         "_statistics",
         "_tcp_drain",
         "_tick_at",
@@ -216,8 +217,9 @@ class AuditedProducer(ProducerStatus, InnerProducerMethods):
         self._audit_topic = AuditTopicWriter(self._conn, self.client_id, self.settings.audit_topic)
 
         self._prefix, self._stamp_key = encode_prefix(self.producer_id), header_key(self.producer_id)
-        self._stamp = stamp_packer(self._prefix, self.settings.stamp_version)  # audit_record.stamp.encode
+        self._stamp_block = stamp_blocks(self._prefix, self.settings.stamp_version)  # stamp.encode, by 128
         self._seq = 0
+        self._stamps = self._stamp_block(1)  # the stamps of the block of _seq + 1
         # The hot window (see "The hot path" below): the (topic, window) of the last message produced,
         # with the counts not yet added to its list.
         self._hot_w: list[Any] | None = None
@@ -278,9 +280,9 @@ class AuditedProducer(ProducerStatus, InnerProducerMethods):
     #   message. _flush_hot adds them to the window's list when the hot window changes and at every
     #   tick, before anything reads the lists. ``_LAST_PRODUCE_MS`` becomes the flush time, never earlier
     #   than the last produce: an errors-only window that still has messages held settles no earlier.
-    # * The stamp in one C call (a ``struct`` format with the producer id prefix), the sequence number
-    #   committed only after the inner produce returned: BufferError (or any error) uses none up and
-    #   counts nothing.
+    # * The stamp by index in the block of 128 stamps of the sequence (stamp_blocks: no call per message),
+    #   the sequence number committed only after the inner produce returned: BufferError (or any error)
+    #   uses none up and counts nothing.
     # * Delivery reports need no lookup: each (window, inner producer) has its own callback, bound to the
     #   window's list, passed with every message (librdkafka keeps one per message anyway). A report
     #   adds 1 to acknowledged or failed of that list; it reads neither the message's timestamp nor its
@@ -319,9 +321,12 @@ class AuditedProducer(ProducerStatus, InnerProducerMethods):
             and callback is None
         ):
             seq = self._seq + 1
+            low = seq & 0x7F
+            if not low:  # the block of the next 128 sequences
+                self._stamps = self._stamp_block(seq)
             # Callables held in instance attributes are called through locals: CPython 3.11 specialises
             # LOAD_ATTR for them, but not the LOAD_METHOD that self._produce(...) would compile to.
-            stamp, produce = self._stamp, self._produce
+            produce = self._produce
             produce(
                 topic,
                 value,
@@ -330,7 +335,7 @@ class AuditedProducer(ProducerStatus, InnerProducerMethods):
                 self._hot_report,
                 None,
                 now,
-                [(self._stamp_key, stamp(self._prefix, seq))],
+                [(self._stamp_key, self._stamps[low])],
             )
             self._seq = seq
             if value is not None:
@@ -362,7 +367,9 @@ class AuditedProducer(ProducerStatus, InnerProducerMethods):
             known = self._windows.get((topic, start))
             w = known if known is not None else new_window(seq, now)
             self._reports.bind(w, self._generation)
-        stamp = (self._stamp_key, self._stamp(self._prefix, seq))
+        if not seq & 0x7F:
+            self._stamps = self._stamp_block(seq)
+        stamp = (self._stamp_key, self._stamps[seq & 0x7F])
         if headers is None:
             hdrs: list[tuple[str, Any]] = [stamp]
         elif isinstance(headers, dict):

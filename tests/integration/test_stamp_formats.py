@@ -37,6 +37,7 @@ def test_a_v2_stamp_costs_at_most_16_bytes_on_records_read_back(kconfig, topic, 
     v2 = AuditedProducer({**kconfig, "client.id": "size-v2"}, audit)
     high = AuditedProducer({**kconfig, "client.id": "size-v2-high"}, audit)
     high._seq = (1 << 42) - n // 2 - 1  # as if 2**42 messages had been sent: half below, half above
+    high._stamps = high._stamp_block(high._seq + 1)  # the block of _seq + 1 (the producer keeps it so)
     v1 = AuditedProducer({**kconfig, "client.id": "size-v1"}, audit.model_copy(update={"stamp_version": 1}))
     for p in (v2, high, v1):
         for i in range(n):

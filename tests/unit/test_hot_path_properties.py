@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
+import pytest
 from confluent_kafka import KafkaError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,7 +30,7 @@ from audit_consumer import counts
 from audit_consumer.counts import PartitionCounts, count_batch
 from audit_consumer.ground_truth import tally
 from audit_producer import AuditedProducer, ProducerAuditSettings
-from audit_producer.stamp_packer import stamp_packer
+from audit_producer.stamp_packer import stamp_blocks, stamp_packer
 from audit_record import decode, window_bounds, window_start
 from audit_record.stamp import (
     SEQUENCE_BYTES,
@@ -202,6 +203,25 @@ def test_v2_inline_encoding_agrees_with_encode(pid: str, first: int, steps: list
 
 
 @PROPERTY
+@given(producer_ids, sequences)
+def test_stamp_blocks_agree_with_encode(pid: str, seq: int) -> None:
+    """The producer's blocks of 128 stamps (indexed by sequence & 0x7F) == encode(), both formats."""
+    version = 2 if pid.startswith("~") else 1
+    block = stamp_blocks(encode_prefix(pid), version)(seq)
+    base = seq & ~0x7F
+    assert len(block) == 128
+    assert all(block[i] == encode(pid, base + i) for i in range(128))
+
+
+def test_stamp_blocks_refuse_sequences_out_of_range() -> None:
+    block = stamp_blocks(encode_prefix("~0123456789abcdef"), 2)
+    assert block(SEQUENCE_LIMIT - 1)[127] == encode("~0123456789abcdef", SEQUENCE_LIMIT - 1)
+    for out_of_range in (-1, -128, SEQUENCE_LIMIT, 1 << 64):
+        with pytest.raises(OverflowError):
+            block(out_of_range)
+
+
+@PROPERTY
 @given(st.binary(min_size=8, max_size=8), varint_tails)
 def test_v2_inline_decoding_agrees_with_decode(raw: bytes, tail: bytes) -> None:
     """count_batch on one v2 stamp of random bytes: counted as decode() reads it, or dead-lettered."""
@@ -299,13 +319,21 @@ def test_window_bounds_hold_the_timestamp(window_ms: int, data: st.DataObject) -
 
 # ---------------------------------------------------------------------------------------------- producer
 class _ReportedMessage:
-    """The message of a fake delivery report: its partition (-1: librdkafka would not have assigned one)."""
+    """The message of a fake delivery report: its partition (-1: librdkafka would not have assigned one)
+    and offset (reports get increasing offsets, as a partition's log would give them)."""
+
+    _next_offset = 0
 
     def __init__(self, partition: int) -> None:
         self._partition = partition
+        self._offset = _ReportedMessage._next_offset
+        _ReportedMessage._next_offset += 1
 
     def partition(self) -> int:
         return self._partition
+
+    def offset(self) -> int:
+        return self._offset
 
 
 class FakeProducer:
@@ -414,6 +442,7 @@ def test_producer_stamps_windows_and_counts_agree_with_the_reference(
     ) as ensure:
         p, data, snapshots = audited(audit, client_id)
         p._seq = first_seq - 1  # as if first_seq - 1 messages had been produced before
+        p._stamps = p._stamp_block(first_seq)  # the block of _seq + 1 (the producer keeps it so)
         for topic, ts, value, hdr_kind, _ in calls:
             headers = {"none": None, "list": [("h", b"1")], "dict": {"h": b"1"}}[hdr_kind]
             p.produce(topic, value, timestamp=ts, headers=headers)
