@@ -25,7 +25,7 @@ import pandas as pd
 
 from audit_record import PRODUCER_TIER, window_result
 from audit_record.finality import Finality
-from audit_record.record import CLUSTER_TIER_PREFIX
+from audit_record.record import CLUSTER_TIER_PREFIX, COUNT_FIELDS
 from audit_record.tiers import TierOrder
 from spark_streaming.decode import DEAD_LETTER_GROUP, HEARTBEAT_GROUP
 from spark_streaming.finality_proof import PROOF, Verdict, judge
@@ -134,18 +134,21 @@ def make_reconciler(
 
     def final_rows(
         topic: str, start: int, end: int, snaps: dict[str, Any], wait: int, verdict: Verdict, by_proof: bool
-    ) -> pd.DataFrame:
-        """Return the final result of a window: by proof (after ``wait`` ms of event time) or its fallback."""
+    ) -> list[dict[str, Any]]:
+        """Return the final result rows of a window: by proof, or by its fallback rule after ``wait`` ms.
+
+        By proof, ``final_wait_ms`` is how long after its end the newest snapshot of the proof was
+        emitted (ms, at least 0; deterministic on replay, as ``result_at_ms``).
+        """
+        if by_proof:
+            newest = max((int(s["emitted_at_ms"]) for s in snaps.values()), default=end)
+            wait = max(0, newest - end)
         rows = reconcile(topic, start, end, snaps.values(), clusters, window_result.FINAL, wait, order)
-        said = (
-            {"final_rule": PROOF, "waiting_for": None}
-            if by_proof
-            else {
-                "final_rule": verdict.fallback,
-                "waiting_for": verdict.waiting_for,
-            }
-        )
-        return _frame([{**r, **said, "kind": "result"} for r in rows])
+        said = {
+            "final_rule": PROOF if by_proof else verdict.fallback,
+            "waiting_for": None if by_proof else verdict.waiting_for,
+        }
+        return [{**r, **said, "kind": "result"} for r in rows]
 
     def reconcile_window(
         key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any
@@ -164,43 +167,43 @@ def make_reconciler(
             if final:
                 state.remove()
                 return
+            end = int(end)
             snaps = json.loads(snaps_json)
             wait = wait_of(snaps)
             watermark = state.getCurrentWatermarkMs()
             verdict = judge(snaps.values(), clusters, order)
-            # Armed early (below) by a proof that held in an earlier micro-batch and still holds: final now.
-            by_proof = verdict.proven and watermark > int(end)
-            if not by_proof:
-                if watermark < int(end) + wait:  # armed by a proof that no longer holds: the timeout rule
-                    state.setTimeoutTimestamp(int(end) + wait)
+            # Armed early (below) by a proof that held at the end of an earlier micro-batch: it still does.
+            if not verdict.proven:
+                if watermark < end + wait:  # armed by a proof that no longer holds: the timeout rule
+                    state.setTimeoutTimestamp(end + wait)
                     return
-                deadline = int(end) + wait + tier_final_wait_ms
+                deadline = end + wait + tier_final_wait_ms
                 pending = tier_final_wait_ms > 0 and unclosed_tier(snaps.values())
                 if pending and watermark < deadline:
                     state.setTimeoutTimestamp(deadline)  # or earlier: a new snapshot re-arms it (below)
                     return
-            waited = watermark - int(end) if by_proof else wait
-            state.update(("{}", int(end), True))
-            state.setTimeoutTimestamp(int(end) + wait + retention_ms)
-            yield final_rows(topic, window_start, int(end), snaps, waited, verdict, by_proof)
+            state.update((tombstone(snaps, verdict.proven), end, True))
+            state.setTimeoutTimestamp(max(end + wait, watermark) + retention_ms)
+            yield _frame(final_rows(topic, window_start, end, snaps, wait, verdict, verdict.proven))
             return
         snaps: dict[str, Any] = {}
         end = None
         if state.exists:
             snaps_json, end, final = state.get
             if final:  # the window is final: later snapshots are reported, never applied
-                late = sum(len(pdf) for pdf in pdfs)
-                yield _frame(
-                    [
-                        {
-                            "kind": "late",
-                            "topic": topic,
-                            "window_start_ms": window_start,
-                            "window_end_ms": int(end),
-                            "late": late,
-                        }
-                    ]
-                )
+                late = late_snapshots(json.loads(snaps_json), pdfs)
+                if late:
+                    yield _frame(
+                        [
+                            {
+                                "kind": "late",
+                                "topic": topic,
+                                "window_start_ms": window_start,
+                                "window_end_ms": int(end),
+                                "late": late,
+                            }
+                        ]
+                    )
                 return
             snaps = json.loads(snaps_json)
         proven_before = bool(snaps) and judge(snaps.values(), clusters, order).proven
@@ -223,16 +226,14 @@ def make_reconciler(
         watermark = state.getCurrentWatermarkMs()
         verdict = judge(snaps.values(), clusters, order)
         out = [producer_row(topic, window_start, end, p) for p in producers.values()]
-        if verdict.proven and proven_before and watermark > end:  # held at the last micro-batch too
-            state.update(("{}", end, True))
-            state.setTimeoutTimestamp(end + wait + retention_ms)
-            if out:
-                yield _frame(out)
-            yield final_rows(topic, window_start, end, snaps, watermark - end, verdict, True)
+        if verdict.proven and proven_before:  # the proof held at the end of the last micro-batch too
+            state.update((tombstone(snaps, True), end, True))
+            state.setTimeoutTimestamp(max(end + wait, watermark) + retention_ms)
+            yield _frame(out + final_rows(topic, window_start, end, snaps, wait, verdict, True))
             return
         state.update((json.dumps(snaps), end, False))
-        # Proven: final at the first micro-batch after this one whose watermark is past the window's end.
-        state.setTimeoutTimestamp(max(end if verdict.proven else end + wait, watermark + 1))
+        # Proven: final at the next micro-batch (finality_proof: a transaction's records all visible by then).
+        state.setTimeoutTimestamp(watermark + 1 if verdict.proven else max(end + wait, watermark + 1))
         if changed:
             rows = reconcile(
                 topic, window_start, end, snaps.values(), clusters, window_result.PROVISIONAL, wait, order
@@ -243,6 +244,35 @@ def make_reconciler(
             yield _frame(out)
 
     return reconcile_window
+
+
+def tombstone(snapshots: Mapping[str, Mapping[str, Any]], by_proof: bool) -> str:
+    """Return what a final window's state keeps (JSON text): by proof, each snapshot key's counts.
+
+    A window final by proof is final before its tiers close it: their closing snapshots (a producer's
+    ``final`` one, the audit consumer's after its own wait) still come, with the counts the result
+    already has. :func:`late_snapshots` does not count those as late. A window final by its timeout
+    keeps nothing: every snapshot after it is late, as before.
+    """
+    if not by_proof:
+        return "{}"
+    return json.dumps({k: [s.get(c) for c in COUNT_FIELDS] for k, s in snapshots.items()})
+
+
+def late_snapshots(kept: Mapping[str, list[Any]], pdfs: Iterable[pd.DataFrame]) -> int:
+    """Return how many snapshots arriving for a final window are late: all but repeats of kept counts.
+
+    Args:
+        kept: The final window's :func:`tombstone` (snapshot key -> counts; empty: every one is late).
+        pdfs: The snapshots arriving (``snap_key``, ``payload`` columns).
+    """
+    late = 0
+    for pdf in pdfs:
+        for snap_key, payload in zip(pdf["snap_key"], pdf["payload"], strict=True):
+            counts = kept.get(snap_key)
+            if counts is None or counts != [json.loads(payload).get(c) for c in COUNT_FIELDS]:
+                late += 1
+    return late
 
 
 def unclosed_tier(snapshots: Iterable[Mapping[str, Any]]) -> bool:

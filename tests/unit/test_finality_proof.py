@@ -175,33 +175,48 @@ def _run(fn, st, records=None, offset=0):
     return [r for f in frames for r in f.to_dict("records") if r["kind"] == "result"]
 
 
-def test_the_job_makes_a_proven_window_final_at_the_next_micro_batch_past_its_end():
+def test_the_job_makes_a_proven_window_final_at_the_next_micro_batch():
     fn = make_reconciler(["a"], grace_ms=5_000, finality=Finality(5_000, max_wait_ms=310_000))
-    st = FakeState(watermark_ms=END - 2_000)
-    [row] = _run(fn, st, [_producer(accounted=False), _tier(0, 105), _tier(1, 53, n=3)])
+    st = FakeState(watermark_ms=END - 8_000)  # the watermark delay: event time lags the wall clock
+    at = {"emitted_at_ms": END + 600}
+    [row] = _run(
+        fn,
+        st,
+        [_producer(accounted=False, emitted_at_ms=END - 1), _tier(0, 105, **at), _tier(1, 53, n=3, **at)],
+    )
     assert (row["state"], row["final_rule"], row["final_wait_ms"]) == ("provisional", PROOF, WAIT)
     assert st.timeout == END + WAIT
-    [row] = _run(fn, st, [_producer()], offset=10)  # accounted now: proven, final once past the end
+    [row] = _run(fn, st, [_producer(emitted_at_ms=END + 1_250)], offset=10)  # accounted: proven
     assert (row["state"], row["final_rule"], row["waiting_for"]) == ("provisional", PROOF, None)
-    assert st.timeout == END
-    st.hasTimedOut, st.watermark_ms = True, END + 3_000
+    assert st.timeout == END - 8_000 + 1  # the next micro-batch, whatever the watermark
+    st.hasTimedOut, st.watermark_ms = True, END - 7_000
     [final] = _run(fn, st)
     assert (final["state"], final["final_rule"], final["final_wait_ms"], final["unique"]) == (
         "final",
         PROOF,
-        3_000,
+        1_250,  # the newest snapshot of the proof came 1.25 s after the window's end
         8,
     )
+    st.hasTimedOut = False  # the tiers' closing snapshots, same counts: not late; a changed one is
+    assert _late(fn, st, [_producer(emitted_at_ms=END + 10_000, final=True)], 20) == []
+    assert _late(fn, st, [_tier(1, 60, n=4, emitted_at_ms=END + 9_000)], 30) == [1]
+
+
+def _late(fn, st, records, offset):
+    frames = list(fn(("t", 0), iter([_frame(records, offset)]), st))
+    return [r["late"] for f in frames for r in f.to_dict("records") if r["kind"] == "late"]
 
 
 def test_a_proven_window_with_new_snapshots_is_final_in_that_batch_when_the_proof_held_before():
     fn = make_reconciler(["a"], grace_ms=5_000, finality=Finality(5_000, max_wait_ms=310_000))
-    st = FakeState(watermark_ms=END + 1_000)
-    [row] = _run(fn, st, [_producer(), _tier(0, 105), _tier(1, 53, n=2)])
-    assert row["state"] == "provisional" and st.timeout == END + 1_001  # proven: not final in this batch
-    st.watermark_ms = END + 2_000
-    [final] = _run(fn, st, [_tier(1, 53, n=3)], offset=10)  # the rest of an audit consumer's transaction
-    assert (final["state"], final["unique"], final["final_wait_ms"]) == ("final", 8, 2_000)
+    st = FakeState(watermark_ms=END - 5_000)
+    at = {"emitted_at_ms": END + 500}
+    [row] = _run(fn, st, [_producer(**at), _tier(0, 105, **at), _tier(1, 53, n=2, **at)])
+    assert row["state"] == "provisional" and st.timeout == END - 5_000 + 1  # proven: final next batch
+    st.watermark_ms = END - 4_000
+    # the rest of an audit consumer's transaction, seen one micro-batch later
+    [final] = _run(fn, st, [_tier(1, 53, n=3, emitted_at_ms=END + 500)], offset=10)
+    assert (final["state"], final["unique"], final["final_wait_ms"]) == ("final", 8, 500)
 
 
 def test_a_window_with_a_failed_message_waits_for_the_timeout_and_says_why():
@@ -222,7 +237,7 @@ def test_an_early_timeout_whose_proof_no_longer_holds_is_rearmed_for_the_timeout
     fn = make_reconciler(["a"], grace_ms=5_000, finality=Finality(5_000, max_wait_ms=310_000))
     st = FakeState(watermark_ms=END - 1_000)
     _run(fn, st, [_producer(), _tier(0, 105), _tier(1, 53, n=3)])
-    assert st.timeout == END
+    assert st.timeout == END - 1_000 + 1
     _run(fn, st, [_producer(accounted=False, emitted_at_ms=1)], offset=10)  # a newer snapshot says otherwise
     assert st.timeout == END + WAIT
     st.hasTimedOut, st.watermark_ms = True, END + 1  # had Spark kept the early timeout
