@@ -4,12 +4,14 @@ A window is *accounted for* once every message the producer stamped in it has a 
 acknowledged, with the partition and offset the broker gave it, or failed - and the producer's TCP
 connections hold nothing more of it (:class:`~audit_producer.tcp_drain.TcpDrainWait`: every byte written
 when the last report came in is acknowledged by the brokers' TCP stacks, ``in_flight_bytes`` = 0), and
-the window has ended on the producer's clock (a later ``produce()`` without an explicit timestamp
-cannot stamp a message into it). Its snapshot then says ``accounted`` with the highest acknowledged
-offset per partition (``PartitionDelivery.last_offset``), and a tier that has read every partition past
-those offsets holds every message of the window that will ever exist, unless one failed (a failed
-message may still land: librdkafka gives up on a request, not on the bytes already sent) or acks=0
-(no offsets) - docs/DESIGN.md, invariant 8. The job declares such a window final without waiting
+the window has ended on the producer's clock. A later ``produce()`` without an explicit timestamp cannot
+stamp a message into it; one with an explicit timestamp in the window makes it unaccounted again until
+that message is reported too, and may come after a tier declared the window final (it is then late, as
+after the timeout rule). Its snapshot then says ``accounted`` with the highest acknowledged offset per
+partition (``PartitionDelivery.last_offset``), and a tier that has read every partition past those
+offsets holds every message of the window that will ever exist, unless one failed (a failed message
+may still land: librdkafka gives up on a request, not on the bytes already sent) or acks=0 (no
+offsets) - docs/DESIGN.md, invariant 8. The job declares such a window final without waiting
 ``message.timeout.ms`` (:mod:`spark_streaming.finality_proof`).
 
 A producer that cannot watch its connections (``in_flight_bytes`` null: no ``sock_diag``, or the TCP
@@ -45,8 +47,6 @@ def is_accounted(w: list[Any], now: int, end: int, errors_only: bool, in_flight_
         in_flight_bytes: The window's bytes not yet acknowledged by TCP, as its snapshot reports them
             (None: the connections are not watched), read after the tick's drain check.
     """
-    if w[ACCOUNTED]:
-        return True
     return not errors_only and now >= end and w[ACKED] + w[FAILED] >= w[SENT] and in_flight_bytes == 0
 
 

@@ -130,10 +130,11 @@ class SnapshotEmitter:
                     view = drain.view()
                 settled = drain.drained((topic, start), w, now, *view)
             closing = close_all or (now >= end + self.grace_ms and settled)
-            if not w[ACCOUNTED] and is_accounted(
-                w, now, end, self.errors_only, drain.in_flight_bytes((topic, start))
-            ):
-                w[ACCOUNTED] = w[DIRTY] = 1  # a snapshot says so now (audit_producer.accounting)
+            accounted = int(
+                is_accounted(w, now, end, self.errors_only, drain.in_flight_bytes((topic, start)))
+            )
+            if accounted != w[ACCOUNTED]:  # a snapshot says so now (audit_producer.accounting)
+                w[ACCOUNTED], w[DIRTY] = accounted, 1
             if not (w[DIRTY] or closing):
                 continue
             if self.errors_only:

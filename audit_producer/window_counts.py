@@ -41,7 +41,7 @@ from audit_record import (
     ACKED_BY,  # partition -> successful reports
     FAILED_BY,  # (partition, librdkafka error name) -> failed reports (docs/DESIGN.md, "Attribution")
     LAST_OFFSET_BY,  # partition -> highest offset a successful report gave (issue 37: finality by proof)
-    ACCOUNTED,  # 1: a snapshot said the window is accounted for (audit_producer.accounting)
+    ACCOUNTED,  # 1: the last snapshot said the window is accounted for (audit_producer.accounting)
 ) = range(15)
 
 CONFIG_MARKER = "#config-"

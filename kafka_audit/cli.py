@@ -131,11 +131,10 @@ def produce(
     }
     if acks is not None:
         config["acks"] = acks
-    try:  # delivery reports: failures only, unless KAFKA_AUDIT_PRODUCER_DELIVERY_REPORTS says otherwise
+    try:  # every delivery report: their offsets make windows final in seconds (docs/DESIGN.md, invariant 8)
         audit = build_settings(
             ProducerAuditSettings,
             {"window_ms": window_ms, "autotune": autotune, "group": group or None},
-            fallbacks={"delivery_reports": lambda: "errors"},
         )
     except KafkaAuditError as exc:
         raise fail(exc) from exc

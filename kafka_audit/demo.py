@@ -69,7 +69,7 @@ def run_demo(console: Console, duration_s: float, rate: float, window_ms: int, d
             f"producing {rate:.0f} msg/s per profile for {duration_s:.0f} s ..."
         )
         audit = ProducerAuditSettings(
-            window_ms=window_ms, grace_ms=2_000, snapshot_interval_ms=2_000, delivery_reports="errors"
+            window_ms=window_ms, grace_ms=2_000, snapshot_interval_ms=2_000, delivery_reports="all"
         )
         loads = []
         for i, (profile, topic) in enumerate(zip(PROFILES, topics, strict=True)):

@@ -232,13 +232,13 @@ def test_produce_environment_reaches_the_producer(monkeypatch, captured_load):
     audit = captured_load["audit"]
     assert isinstance(audit, ProducerAuditSettings)
     assert (audit.window_ms, audit.autotune, audit.group) == (15_000, True, "checkout")
-    assert audit.delivery_reports == "errors"  # the command's own choice when the environment says nothing
+    assert audit.delivery_reports == "all"  # every report: the offsets make windows final by proof (issue 37)
 
 
 def test_produce_command_line_beats_the_environment(monkeypatch, captured_load):
     monkeypatch.setenv("KAFKA_AUDIT_PRODUCER_WINDOW_MS", "15000")
     monkeypatch.setenv("KAFKA_AUDIT_PRODUCER_AUTOTUNE", "true")
-    monkeypatch.setenv("KAFKA_AUDIT_PRODUCER_DELIVERY_REPORTS", "all")
+    monkeypatch.setenv("KAFKA_AUDIT_PRODUCER_DELIVERY_REPORTS", "errors")
     result = invoke(
         "produce",
         "--topic",
@@ -254,7 +254,7 @@ def test_produce_command_line_beats_the_environment(monkeypatch, captured_load):
     assert result.exit_code == 0, result.output
     audit = captured_load["audit"]
     assert (audit.window_ms, audit.autotune) == (5_000, False)
-    assert audit.delivery_reports == "all"  # the environment beats the command's fallback
+    assert audit.delivery_reports == "errors"  # the environment beats the default
 
 
 # ---------------------------------------------------------------------------------------------- up
