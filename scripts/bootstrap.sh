@@ -79,4 +79,18 @@ for profile in kafka spark jmx-exporter mirror; do
   fi
   ln -sfn "$dir" "$CACHE/jars-$profile"
 done
-log "ready: venv $VENV, runtime venv $RUNTIME, jars in $CACHE/jars-kafka, $CACHE/jars-spark, $CACHE/jars-jmx-exporter and $CACHE/jars-mirror"
+# 5. The JVM interceptors (jvm/interceptors: kafka-audit-interceptors-<version>.jar, Avro and RoaringBitmap shaded),
+#    keyed by the module's sources and the audit record schema the build copies into the jar. JUnit runs in
+#    `make test`, not here.
+interceptors_key=$(cat jvm/interceptors/pom.xml audit_record/audit_record.avsc \
+  $(find jvm/interceptors/src/main -type f | sort) | sha256sum | cut -c1-16)
+dir="$CACHE/jars-interceptors-$interceptors_key"
+if [ ! -f "$dir/.complete" ]; then
+  log "building the JVM interceptors into $dir"
+  rm -rf "$dir"; mkdir -p "$dir"
+  mvn -q -B -s jvm/settings.xml -f jvm/interceptors/pom.xml package -DskipTests
+  cp jvm/interceptors/target/kafka-audit-interceptors-0.1.0.jar "$dir/"
+  touch "$dir/.complete"
+fi
+ln -sfn "$dir" "$CACHE/jars-interceptors"
+log "ready: venv $VENV, runtime venv $RUNTIME, jars in $CACHE/jars-kafka, $CACHE/jars-spark, $CACHE/jars-jmx-exporter, $CACHE/jars-mirror and $CACHE/jars-interceptors"

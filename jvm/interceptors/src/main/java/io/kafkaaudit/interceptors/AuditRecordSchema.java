@@ -1,22 +1,32 @@
 package io.kafkaaudit.interceptors;
 
+import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.UncheckedIOException;
 import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.Arrays;
 import org.apache.avro.Schema;
-import org.apache.avro.generic.GenericData;
+import org.apache.avro.SchemaNormalization;
+import org.apache.avro.generic.GenericDatumReader;
+import org.apache.avro.generic.GenericDatumWriter;
 import org.apache.avro.generic.GenericRecord;
 import org.apache.avro.generic.GenericRecordBuilder;
-import org.apache.avro.message.BinaryMessageDecoder;
-import org.apache.avro.message.BinaryMessageEncoder;
+import org.apache.avro.io.BinaryDecoder;
+import org.apache.avro.io.BinaryEncoder;
+import org.apache.avro.io.DecoderFactory;
+import org.apache.avro.io.EncoderFactory;
 
 /**
  * The audit record schema, {@code audit_record/audit_record.avsc}, copied into the jar by the build
  * ({@code kafka-audit/audit_record.avsc}; never a second copy in the repository) and parsed at run time.
  *
- * <p>Records are written as Avro single objects ({@code C3 01}, the schema's 8-byte CRC-64-AVRO fingerprint
- * little endian, the binary body): what {@code audit_record/codec.py} writes and reads. Fields the schema
+ * <p>Records are written as Avro single objects ({@code C3 01}, the schema's 8-byte CRC-64-AVRO fingerprint,
+ * the binary body) byte for byte as {@code audit_record/codec.py} writes them. codec.py writes the fingerprint
+ * in the reverse of the Avro specification's little-endian order ({@link #WRITTEN_FINGERPRINT_ORDER}: fastavro's
+ * hex digest is already little endian and codec.py reverses it), so Avro's own {@code BinaryMessageEncoder}
+ * would write bytes the Python readers reject; this class writes codec.py's order and reads both. Fields the schema
  * may or may not have yet (added by later schema versions) are set through {@link #set}, which skips a field
  * the schema lacks, so the jar builds and runs against whichever version the build copied.
  */
@@ -24,14 +34,26 @@ public final class AuditRecordSchema {
     /** Class-path resource of the schema. */
     public static final String RESOURCE = "/kafka-audit/audit_record.avsc";
 
+    /** Byte order of the fingerprint in the single objects written: what audit_record/codec.py writes and reads. */
+    public static final ByteOrder WRITTEN_FINGERPRINT_ORDER = ByteOrder.BIG_ENDIAN;
+
     private static final AuditRecordSchema INSTANCE = new AuditRecordSchema(load());
 
     private final Schema schema;
-    private final BinaryMessageEncoder<GenericRecord> encoder;
+    private final byte[] header;
+    private final byte[] headerSpecOrder;
+    private final GenericDatumWriter<GenericRecord> writer;
 
     AuditRecordSchema(Schema schema) {
         this.schema = schema;
-        this.encoder = new BinaryMessageEncoder<>(GenericData.get(), schema);
+        long fp = SchemaNormalization.parsingFingerprint64(schema);
+        this.header = header(fp, WRITTEN_FINGERPRINT_ORDER);
+        this.headerSpecOrder = header(fp, ByteOrder.LITTLE_ENDIAN);
+        this.writer = new GenericDatumWriter<>(schema);
+    }
+
+    private static byte[] header(long fingerprint, ByteOrder order) {
+        return ByteBuffer.allocate(10).order(order).put((byte) 0xC3).put((byte) 0x01).putLong(fingerprint).array();
     }
 
     /** @return the schema of the jar */
@@ -125,10 +147,12 @@ public final class AuditRecordSchema {
      */
     public byte[] encode(GenericRecord record) {
         try {
-            ByteBuffer buf = encoder.encode(record);
-            byte[] out = new byte[buf.remaining()];
-            buf.get(out);
-            return out;
+            ByteArrayOutputStream out = new ByteArrayOutputStream(512);
+            out.write(header);
+            BinaryEncoder enc = EncoderFactory.get().directBinaryEncoder(out, null);
+            writer.write(record, enc);
+            enc.flush();
+            return out.toByteArray();
         } catch (IOException e) {
             throw new UncheckedIOException(e);
         }
@@ -140,7 +164,18 @@ public final class AuditRecordSchema {
      * @throws IOException if the bytes are not a single object of this schema
      */
     public GenericRecord decode(byte[] value) throws IOException {
-        BinaryMessageDecoder<GenericRecord> decoder = new BinaryMessageDecoder<>(GenericData.get(), schema);
-        return decoder.decode(value);
+        if (value == null || value.length < header.length) {
+            throw new IOException("not an Avro single object: too short");
+        }
+        byte[] h = Arrays.copyOf(value, header.length);
+        if (!Arrays.equals(h, header) && !Arrays.equals(h, headerSpecOrder)) {
+            throw new IOException("not an audit record of this schema (magic or fingerprint differs)");
+        }
+        BinaryDecoder dec = DecoderFactory.get().binaryDecoder(value, header.length, value.length - header.length, null);
+        GenericRecord r = new GenericDatumReader<GenericRecord>(schema).read(null, dec);
+        if (!dec.isEnd()) {
+            throw new IOException("trailing bytes after the audit record");
+        }
+        return r;
     }
 }

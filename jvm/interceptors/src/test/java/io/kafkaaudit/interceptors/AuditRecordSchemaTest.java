@@ -9,10 +9,10 @@ import org.apache.avro.SchemaNormalization;
 import org.apache.avro.generic.GenericRecord;
 import org.junit.jupiter.api.Test;
 
-/** Avro single-object encoding as audit_record/codec.py writes it: C3 01 + CRC-64-AVRO fingerprint LE + body. */
+/** Avro single-object encoding as audit_record/codec.py writes it: C3 01 + CRC-64-AVRO fingerprint (codec.py's order) + body. */
 class AuditRecordSchemaTest {
     @Test
-    void singleObjectHeaderIsMagicAndLittleEndianFingerprint() throws Exception {
+    void singleObjectHeaderIsMagicAndFingerprintAsCodecPyWritesIt() throws Exception {
         AuditRecordSchema s = AuditRecordSchema.get();
         GenericRecord r = s.builder()
                 .set("record_id", "r1").set("tier", "producer").set("source", "app").set("host", "h")
@@ -22,7 +22,7 @@ class AuditRecordSchemaTest {
         assertEquals((byte) 0xC3, out[0]);
         assertEquals((byte) 0x01, out[1]);
         long fp = SchemaNormalization.parsingFingerprint64(s.schema());
-        assertEquals(fp, ByteBuffer.wrap(out, 2, 8).order(ByteOrder.LITTLE_ENDIAN).getLong());
+        assertEquals(fp, ByteBuffer.wrap(out, 2, 8).order(AuditRecordSchema.WRITTEN_FINGERPRINT_ORDER).getLong());
         GenericRecord back = s.decode(out);
         assertEquals(3L, back.get("sent"));
         assertEquals("~0123456789abcdef", back.get("producer_id").toString());

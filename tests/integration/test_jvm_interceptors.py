@@ -1,0 +1,163 @@
+"""Issue 38: Java clients audited by configuration alone (the JVM interceptors, jvm/interceptors).
+
+Real KRaft broker (the session fixture). Kafka's own ``kafka-producer-perf-test``
+(``org.apache.kafka.tools.ProducerPerformance``) writes N records into a 3-partition topic with nothing but
+``interceptor.classes=io.kafkaaudit.interceptors.AuditProducerInterceptor`` (and the test's audit topic and
+window) added, and ``kafka-consumer-perf-test`` (``ConsumerPerformance``) reads them back in a consumer group
+with ``AuditConsumerInterceptor``. The verifier (:func:`audit_consumer.ground_truth.verify_topic`) then
+reads the topic and the audit topic (decoding the Java snapshots with :mod:`audit_record.codec`): every final
+window's ``sent`` equals what the topic holds, ``sent`` summed equals N (the perf tool's count, not the
+interceptor's), nothing is unaudited, and the consumer tier ``consumer:<group>`` counts every record once.
+A second test checks the audit record bytes both ways: Python-written records decode in Java and Java
+encodes them again to the same bytes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from audit_consumer.ground_truth import verify_topic
+from audit_record import PRODUCER_TIER, codec
+from audit_record.record import AuditRecord, PartitionDelivery, ProducerIdentity, consumer_tier
+from kafka_plumbing.interceptor_jar import CONSUMER_INTERCEPTOR, PRODUCER_INTERCEPTOR, interceptor_jar
+from kafka_plumbing.jvm import classpath, jars_dir, java_executable
+from kafka_plumbing.topics import ensure_topic
+from tests.conftest import unique_name
+
+pytestmark = pytest.mark.integration
+
+N = 30_000
+WINDOW_MS = 5_000
+
+
+def _java(main: str, *args: str, timeout_s: float = 180.0) -> subprocess.CompletedProcess[str]:
+    """Run a Kafka tool's main class with the Kafka jars and the interceptors' jar on the class path."""
+    return subprocess.run(
+        [java_executable(), "-Xmx512m", "-cp", f"{classpath('kafka')}:{interceptor_jar()}", main, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def test_perf_tools_audited_by_configuration_alone(
+    request: pytest.FixtureRequest, kconfig: dict[str, str], bootstrap: str, topic: str, tmp_path: Path
+) -> None:
+    audit_topic = unique_name(request, ".audit")
+    dlq_topic = unique_name(request, ".dlq")
+    ensure_topic(kconfig, audit_topic, 3)
+    audit = [f"kafka.audit.topic={audit_topic}", f"kafka.audit.window.ms={WINDOW_MS}"]
+    produced = _java(
+        "org.apache.kafka.tools.ProducerPerformance",
+        "--topic", topic,
+        "--num-records", str(N),
+        "--record-size", "100",
+        "--throughput", "10000",
+        "--producer-props",
+        f"bootstrap.servers={bootstrap}",
+        f"interceptor.classes={PRODUCER_INTERCEPTOR}",
+        "client.id=perf-producer",
+        *audit,
+    )  # fmt: skip
+    assert produced.returncode == 0, produced.stderr[-3000:]
+    group = unique_name(request, ".group")
+    props = tmp_path / "consumer.properties"
+    props.write_text(
+        "\n".join(
+            [f"interceptor.classes={CONSUMER_INTERCEPTOR}", f"kafka.audit.dlq.topic={dlq_topic}", *audit]
+        )
+    )
+    consumed = _java(
+        "org.apache.kafka.tools.ConsumerPerformance",
+        "--bootstrap-server", bootstrap,
+        "--topic", topic,
+        "--num-records", str(N),
+        "--group", group,
+        "--command-config", str(props),
+        "--timeout", "60000",
+    )  # fmt: skip
+    assert consumed.returncode == 0, consumed.stderr[-3000:]
+
+    truth = verify_topic(kconfig, topic, WINDOW_MS, audit_topic=audit_topic, timeout_s=120)
+    assert truth.messages == N and truth.malformed_stamps == 0
+    rows = list(truth.rows.values())
+    assert all(r.producer_id is not None for r in rows), "no unaudited messages"
+    assert len({r.producer_id for r in rows}) == 1 and rows[0].producer_id.startswith("~")
+    for r in rows:  # every window: the producer's final sent equals what the topic holds
+        assert r.final, f"window {r.window_start_ms} has no final producer snapshot"
+        assert (r.sent, r.unique, r.duplicated) == (r.received, r.received, 0), r
+    assert sum(r.sent for r in rows) == N  # the perf tool's count, not the interceptor's
+
+    log = truth.audit_log
+    assert log is not None and not log.malformed
+    producers = [s for s in log.tier(PRODUCER_TIER) if s.topic == topic]
+    assert all(s.final and s.accounted and s.failed == 0 for s in producers)
+    assert all(
+        s.producer_identity is not None and s.producer_identity.library == "kafka-audit-java"
+        for s in producers
+    )
+    assert all(s.producer_identity.client_id == "perf-producer" for s in producers)
+    assert sum(s.acknowledged for s in producers) == N
+    acked_by_partition: dict[int, int] = defaultdict(int)
+    for s in producers:
+        for p in s.partitions:
+            acked_by_partition[p.partition] += p.acknowledged
+            assert p.last_offset is not None and p.last_offset >= 0
+    assert sorted(acked_by_partition) == [0, 1, 2] and sum(acked_by_partition.values()) == N
+
+    consumers = [s for s in log.tier(consumer_tier(group)) if s.topic == topic]
+    assert consumers, "the consumer tier reported"
+    assert sum(s.received for s in consumers) == N
+    assert sum(s.unique for s in consumers) == N
+    assert sum(s.duplicated + s.unaudited + s.late for s in consumers) == 0
+    by_window: dict[int, int] = defaultdict(int)
+    for s in consumers:
+        by_window[s.window_start_ms] += s.unique
+        assert s.read_offsets and s.read_offsets[0].partition == s.partition
+    assert dict(by_window) == {r.window_start_ms: r.unique for r in rows}
+
+
+def test_audit_record_bytes_both_ways() -> None:
+    """A Python-written record decodes in Java, and Java writes it back byte for byte (codec.py's bytes)."""
+    records = [
+        AuditRecord(
+            tier="producer",
+            source="app",
+            topic="t",
+            window_start_ms=60_000,
+            window_end_ms=120_000,
+            producer_id="~0123456789abcdef",
+            sent=5,
+            acknowledged=4,
+            failed=1,
+            first_sequence=1,
+            last_sequence=5,
+            partitions=[PartitionDelivery(partition=0, acknowledged=4, failed=1, failed_by_error={"X": 1})],
+            producer_identity=ProducerIdentity(
+                client_id="c", host="h", process_id=1, started_at_ms=2, library="kafka-audit-python",
+                library_version="0.1.0",
+            ),
+        ),
+        AuditRecord(tier="consumer:g", source="g", topic="t", window_start_ms=0, window_end_ms=5, received=3),
+    ]  # fmt: skip
+    written = [codec.encode(r) for r in records]
+    jars = f"{jars_dir('kafka') / 'kafka-clients-4.3.1.jar'}:{classpath('kafka')}:{interceptor_jar()}"
+    out = subprocess.run(
+        [java_executable(), "-cp", jars, "io.kafkaaudit.interceptors.AuditRecordTool"],
+        input="\n".join(b.hex() for b in written) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == len(records)
+    for line, original, record in zip(lines, written, records, strict=True):
+        text, again = line.split("\t")
+        assert bytes.fromhex(again) == original
+        assert f'"tier": "{record.tier}"' in text
+        assert codec.decode(bytes.fromhex(again)) == record
