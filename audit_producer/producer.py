@@ -545,7 +545,7 @@ class AuditedProducer(ProducerStatus, InnerProducerMethods):
     def _tick(self, now: int, close_all: bool = False) -> None:
         """Emit snapshots of changed windows; close windows past end + grace whose messages are settled."""
         self._flush_hot(now)
-        self._next_snapshot_ms = now + self.settings.snapshot_interval_ms
+        self._next_snapshot_ms = self._snapshots.next_tick_ms(now, self.settings.snapshot_interval_ms)
         self._next_tick_ms = min(self._next_snapshot_ms, self._next_reconfigure_ms)
         self._producer.poll(0)
         if self._draining:

@@ -58,6 +58,9 @@ class Delivered:
     def partition(self) -> int:
         return 0
 
+    def offset(self) -> int:
+        return -1001  # librdkafka's RD_KAFKA_OFFSET_INVALID: this fake broker gives no offsets
+
     def headers(self) -> list:
         return self._headers
 

@@ -85,7 +85,7 @@ def test_a_final_snapshot_sent_after_a_network_change_describes_its_own_window(m
         for t in range(1_000, 31_000, 1_000):  # the window [10 s, 20 s) ran at 20 ms, what came after at 400
             clock["now"] = t
             p._statistics.observe(_statistics(20 if t <= 20_000 else 400))
-        window: list[Any] = [5, 5, 0, 500, 1, 5, 10_000, 0, None, None, None, {}, {}]
+        window: list[Any] = [5, 5, 0, 500, 1, 5, 10_000, 0, None, None, None, {}, {}, {}, 0]
         p._snapshots.emit("t", 10_000, 20_000, window, final=True)
         [record] = sent
         assert record.network is not None and record.network.rtt_avg_ms == 20
