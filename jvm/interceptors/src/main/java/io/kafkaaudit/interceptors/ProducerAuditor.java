@@ -34,8 +34,11 @@ import org.apache.kafka.common.protocol.Errors;
  * margin (nothing can be acknowledged later; then not accounted), and for every window at {@link #closeAll}.
  * The Java client has no view of its TCP connections: {@code in_flight_bytes} is null.
  *
- * <p>Thread safety: {@code onSend} (application threads), {@code onAcknowledgement} (the client's I/O
- * thread) and {@link #tick} (the interceptor's timer) share one lock, held for a few field updates.
+ * <p>Thread safety: {@code onSend} (application threads) holds the send lock, {@code onAcknowledgement} (the
+ * client's I/O thread) the acknowledgement lock, each for a few field updates, so the application and the I/O
+ * thread never wait for each other; {@link #tick} (the interceptor's timer) takes both. The acknowledgement
+ * finds its window through the ring without the send lock: the client hands a record from {@code send()} to
+ * its I/O thread through synchronized structures, so the ring slot written before is visible.
  */
 final class ProducerAuditor {
     /** The snapshots' library name. */
@@ -53,7 +56,8 @@ final class ProducerAuditor {
         void close(Duration timeout);
     }
 
-    private final Object lock = new Object();
+    private final Object lock = new Object(); // the send lock
+    private final Object ackLock = new Object();
     private final AuditSettings settings;
     private final ProducerIdentity identity;
     private final ProducerSettingsReport config;
@@ -187,9 +191,9 @@ final class ProducerAuditor {
         long seq = sequenceOf(headers);
         long now = clock.getAsLong();
         String errorName = error == null ? null : errorName(error);
-        synchronized (lock) {
-            ProducerWindow w = seq <= 0 || seq <= lastSequence - ring.length ? null : bySlot[ring[(int) seq & ringMask]];
-            if (w == null || seq < w.firstSequence || seq > w.lastSequence) {
+        ProducerWindow w = seq <= 0 || seq <= lastSequence - ring.length ? null : bySlot[ring[(int) seq & ringMask]];
+        synchronized (ackLock) {
+            if (w == null || w.state == ProducerWindow.State.DONE || seq < w.firstSequence) {
                 metrics.unattributedAcknowledgements.incrementAndGet();
                 return;
             }
@@ -212,10 +216,7 @@ final class ProducerAuditor {
             if (md != null && md.serializedValueSize() > 0) {
                 w.bytes += md.serializedValueSize();
             }
-            w.dirty = true;
-            if (w.state == ProducerWindow.State.FINAL_PENDING) {
-                w.state = ProducerWindow.State.OPEN; // its final snapshot is outdated: a new one follows
-            }
+            w.acksChanged = true;
         }
     }
 
@@ -270,12 +271,20 @@ final class ProducerAuditor {
         List<ProducerWindow> emit = new ArrayList<>();
         List<GenericRecord> records = new ArrayList<>();
         synchronized (lock) {
+          synchronized (ackLock) {
             boolean periodic = now >= nextSnapshotMs;
             if (periodic) {
                 nextSnapshotMs = now + settings.snapshotIntervalMs();
             }
             for (Map<Long, ProducerWindow> m : windows.values()) {
                 for (ProducerWindow w : m.values()) {
+                    if (w.acksChanged) {
+                        w.acksChanged = false;
+                        w.dirty = true;
+                        if (w.state == ProducerWindow.State.FINAL_PENDING) {
+                            w.state = ProducerWindow.State.OPEN; // its final snapshot is outdated: a new one follows
+                        }
+                    }
                     if (w.state != ProducerWindow.State.OPEN) {
                         continue;
                     }
@@ -293,6 +302,7 @@ final class ProducerAuditor {
                     emit.add(w);
                 }
             }
+          }
         }
         for (int i = 0; i < emit.size(); i++) {
             ProducerWindow w = emit.get(i);
@@ -313,14 +323,16 @@ final class ProducerAuditor {
 
     private void done(ProducerWindow w, boolean isFinal, boolean ok) {
         synchronized (lock) {
+          synchronized (ackLock) {
             if (!ok) {
                 w.dirty = true; // cumulative: the next snapshot repairs it
                 if (w.state == ProducerWindow.State.FINAL_PENDING) {
                     w.state = ProducerWindow.State.OPEN; // the final is sent again at the next tick
                 }
-            } else if (isFinal && w.state == ProducerWindow.State.FINAL_PENDING) {
+            } else if (isFinal && w.state == ProducerWindow.State.FINAL_PENDING && !w.acksChanged) {
                 remove(w);
             }
+          }
         }
     }
 

@@ -28,11 +28,13 @@ final class ProducerWindow {
     long acknowledged;
     long failed;
     long bytes;
-    long firstSequence = -1;
+    volatile long firstSequence = -1;
     long lastSequence = -1;
     long lastSendMs;
     boolean dirty;
-    State state = State.OPEN;
+    /** Set under the acknowledgement lock when an acknowledgement changed the counts; the tick turns it into dirty. */
+    boolean acksChanged;
+    volatile State state = State.OPEN;
     final Map<Integer, Partition> partitions = new HashMap<>();
     final LatencyHistogram latency = new LatencyHistogram();
     private Partition lastPartition;
