@@ -45,6 +45,7 @@ from kafka_audit import instances
 from kafka_audit.assembly import build_audit_job
 from kafka_audit.results_table import results_table
 from kafka_audit.up_settings import UpSettings
+from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.local_cluster import KafkaCluster
 from kafka_plumbing.security import client_config
 from kafka_plumbing.topics import ensure_topic
@@ -54,6 +55,14 @@ from spark_streaming.settings import SparkJobSettings
 STATUS_FILE = "up.json"
 PROGRESS_EVERY_S = 10.0
 """Without a terminal, ``up`` prints a progress line at most this often, s (when the counts changed)."""
+
+
+class ComponentFailed(KafkaAuditError):
+    """A component of ``kafka-audit up`` failed or stopped while ``up`` ran; the message names it.
+
+    Components: the Spark job, the audit consumer (which must run until ``up`` stops), the load. ``up``
+    then stops everything and exits with status 2.
+    """
 
 
 class Platform:
@@ -70,6 +79,8 @@ class Platform:
         self.rows: dict[tuple[str, int, str], dict[str, Any]] = {}
         self.load_windows: set[tuple[str, int]] = set()
         self._threads: list[threading.Thread] = []
+        self._failures: dict[str, BaseException | None] = {}
+        """Components that ended while ``up`` ran: name -> the exception it raised (None: it returned)."""
         self._lock = threading.Lock()
         self.table: Callable[..., Table] = results_table
         """The live table: :func:`results_table`, or the tier view (``up --tiers``,
@@ -115,7 +126,7 @@ class Platform:
                 instance_id=f"up-{os.uname().nodename}",
             )
         )
-        self._spawn("audit-consumer", self.consumer.run, self.stop_event)
+        self._spawn("audit-consumer", self.consumer.run, self.stop_event, required=True)
         self.job = build_audit_job(
             self.job_settings(bootstrap), alerts=s.alerts, control=s.control, listeners=[self._on_results]
         ).job
@@ -183,10 +194,40 @@ class Platform:
         self.load_windows = {(s.scenario_topic, t) for t in range(start - start % w, end + 1, w)}
         self.load_done = True
 
-    def _spawn(self, name: str, target: Callable[..., Any], *args: Any) -> None:
-        th = threading.Thread(target=target, args=args, name=name, daemon=True)
+    def _spawn(self, name: str, target: Callable[..., Any], *args: Any, required: bool = False) -> None:
+        """Run ``target(*args)`` in a daemon thread ``name``; a ``required`` component must run until stop.
+
+        An exception of any component, and a ``required`` one returning before :meth:`stop`, is recorded
+        for :meth:`check_components` (the audit consumer is required: without it nothing is counted, and
+        the results would silently stop at the producer tier).
+        """
+
+        def run() -> None:
+            try:
+                target(*args)
+            except BaseException as exc:  # recorded, raised again by check_components in the main thread
+                self._failures[name] = exc
+                return
+            if required and not self.stop_event.is_set():
+                self._failures[name] = None
+
+        th = threading.Thread(target=run, name=name, daemon=True)
         th.start()
         self._threads.append(th)
+
+    def check_components(self) -> None:
+        """Raise if a component of ``up`` failed or a required one stopped (see :meth:`_spawn`).
+
+        Raises:
+            ComponentFailed: naming the component and its exception (chained), e.g. ``audit-consumer
+                failed: KafkaException(...)`` or ``audit-consumer stopped ...``; or the Spark job's failure.
+        """
+        for name, exc in self._failures.items():
+            if exc is None:
+                raise ComponentFailed(f"{name} stopped while kafka-audit up ran")
+            raise ComponentFailed(f"{name} failed: {exc!r}") from exc
+        if self.job is not None and self.job.exception() is not None:
+            raise ComponentFailed(f"Spark job failed: {self.job.exception()}")
 
     def status_record(self) -> dict[str, Any]:
         """Return what ``kafka-audit status`` shows of this instance (JSON-able).
@@ -283,7 +324,8 @@ class Platform:
         (:meth:`refresh_status`).
 
         Raises:
-            RuntimeError: if the Spark job fails.
+            ComponentFailed: if the Spark job fails, or the audit consumer or the load fails, or the audit
+                consumer stops (:meth:`check_components`).
         """
         assert self.job is not None
         if not self.console.is_terminal:
@@ -297,8 +339,7 @@ class Platform:
         assert self.job is not None
         deadline = None
         while not self.stop_event.is_set():
-            if self.job.exception() is not None:
-                raise RuntimeError(f"Spark job failed: {self.job.exception()}")
+            self.check_components()
             show(self.job.progress())
             self.refresh_status()
             if until_final and getattr(self, "load_done", False):

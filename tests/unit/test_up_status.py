@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from kafka_audit import instances
 from kafka_audit.cli import app
-from kafka_audit.up import STATUS_FILE, Platform, read_status
+from kafka_audit.up import STATUS_FILE, ComponentFailed, Platform, read_status
 from kafka_audit.up_cli import topic_lines
 from kafka_audit.up_settings import load_up_settings
 from kafka_plumbing.clients import close_producer
@@ -195,3 +195,35 @@ def test_alert_and_control_sinks_close_their_producer_once(monkeypatch, which):
     sink.close()
     sink.close()
     assert [p.closed for p in made] == [1]
+
+
+def test_up_stops_with_an_error_naming_a_failed_or_stopped_audit_consumer(tmp_path):
+    """A dead audit consumer is not left unnoticed: ``run`` raises ComponentFailed naming it."""
+    platform = _monitor_platform(tmp_path)
+    platform.job = FakeJob()  # type: ignore[assignment]
+
+    def crash(_stop: threading.Event) -> None:
+        raise ConnectionError("broker gone")
+
+    platform._spawn("audit-consumer", crash, platform.stop_event, required=True)
+    platform._threads[-1].join(10)
+    with pytest.raises(ComponentFailed, match=r"audit-consumer failed: ConnectionError\('broker gone'\)"):
+        platform.run(until_final=False)
+
+    quiet = _monitor_platform(tmp_path)
+    quiet.job = FakeJob()  # type: ignore[assignment]
+    quiet._spawn("audit-consumer", lambda _stop: None, quiet.stop_event, required=True)
+    quiet._spawn("load", lambda: None)  # the load may end: not required
+    for th in quiet._threads:
+        th.join(10)
+    with pytest.raises(ComponentFailed, match="audit-consumer stopped while kafka-audit up ran"):
+        quiet.run(until_final=False)
+
+    healthy = _monitor_platform(tmp_path)
+    healthy.job = FakeJob()  # type: ignore[assignment]
+    healthy._spawn("audit-consumer", lambda stop: stop.wait(30), healthy.stop_event, required=True)
+    threading.Timer(1.0, healthy.stop_event.set).start()
+    healthy.run(until_final=False)  # returns once stopped: a consumer that ran until stop is fine
+    healthy._threads[-1].join(10)
+    assert healthy._failures == {}
+    assert healthy.job.calls >= 1  # type: ignore[union-attr]
