@@ -55,6 +55,9 @@ final class ConsumerAuditor {
     private final Map<TopicPartition, ConsumerPartition> parts = new LinkedHashMap<>();
     private final Map<Long, String> v2Ids = new HashMap<>();
     private final List<DeadLetter> deadLetters = new ArrayList<>();
+    private ConsumerPartition lastPart;
+    private final byte[] lastRawId = new byte[AuditStamp.ID_BYTES];
+    private String lastIdText;
 
     ConsumerAuditor(AuditSettings settings, String group, ProducerAuditor.Sink sink, LongSupplier clock,
             InterceptorMetrics metrics) {
@@ -115,6 +118,15 @@ final class ConsumerAuditor {
     }
 
     private String v2Id(byte[] v) {
+        if (lastIdText != null && java.util.Arrays.equals(v, 0, AuditStamp.ID_BYTES, lastRawId, 0, AuditStamp.ID_BYTES)) {
+            return lastIdText; // consecutive records mostly come from one producer
+        }
+        System.arraycopy(v, 0, lastRawId, 0, AuditStamp.ID_BYTES);
+        lastIdText = v2IdLookup(v);
+        return lastIdText;
+    }
+
+    private String v2IdLookup(byte[] v) {
         long id = 0;
         for (int i = 0; i < AuditStamp.ID_BYTES; i++) {
             id = (id << 8) | (v[i] & 0xff);
@@ -130,7 +142,17 @@ final class ConsumerAuditor {
     }
 
     private ConsumerPartition partition(String topic, int p) {
-        TopicPartition tp = new TopicPartition(topic, p);
+        ConsumerPartition last = lastPart;
+        if (last != null && last.partition == p && last.topic.equals(topic)) {
+            return last;
+        }
+        lastPart = partition(new TopicPartition(topic, p));
+        return lastPart;
+    }
+
+    private ConsumerPartition partition(TopicPartition tp) {
+        String topic = tp.topic();
+        int p = tp.partition();
         ConsumerPartition st = parts.get(tp);
         if (st == null) {
             st = new ConsumerPartition(topic, p, settings.windowMs(), settings.graceMs());

@@ -5,6 +5,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import org.roaringbitmap.RoaringBitmap;
 import org.roaringbitmap.longlong.Roaring64Bitmap;
 
 /**
@@ -27,14 +28,35 @@ final class ConsumerPartition {
         long bytes;
         long late;
         boolean dirty = true;
-        Roaring64Bitmap sequences = new Roaring64Bitmap();
+        /** Sequences below 2^32 (a 32-bit Roaring bitmap of the unsigned int); null once the window closed. */
+        RoaringBitmap sequences = new RoaringBitmap();
+        /** Sequences from 2^32 on (rare: 4 billion messages of one producer instance), created when needed. */
+        Roaring64Bitmap large;
         final LatencyHistogram latency = new LatencyHistogram();
 
         long unique(String producerId) {
             if (producerId == null) {
                 return 0;
             }
-            return sequences != null ? sequences.getLongCardinality() : unique;
+            if (sequences == null) {
+                return unique;
+            }
+            return sequences.getLongCardinality() + (large == null ? 0 : large.getLongCardinality());
+        }
+
+        /** @return whether the sequence was new (added), false for a duplicate */
+        boolean add(long seq) {
+            if ((seq >>> 32) == 0) {
+                return sequences.checkedAdd((int) seq);
+            }
+            if (large == null) {
+                large = new Roaring64Bitmap();
+            }
+            if (large.contains(seq)) {
+                return false;
+            }
+            large.addLong(seq);
+            return true;
         }
     }
 
@@ -104,12 +126,8 @@ final class ConsumerPartition {
         b.bytes += size;
         b.latency.add(latencyMs);
         b.dirty = true;
-        if (pid != null) {
-            if (b.sequences.contains(seq)) {
-                b.duplicated++;
-            } else {
-                b.sequences.addLong(seq);
-            }
+        if (pid != null && !b.add(seq)) {
+            b.duplicated++;
         }
     }
 
@@ -141,6 +159,7 @@ final class ConsumerPartition {
                 Bucket b = open.remove(e.getKey());
                 b.unique = b.unique(e.getKey().producerId());
                 b.sequences = null;
+                b.large = null;
                 b.dirty = true;
                 closed.put(e.getKey(), b);
                 out.add(e.getKey());
