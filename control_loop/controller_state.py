@@ -41,6 +41,11 @@ class Evaluation:
         gammas_after: Measured gamma of the final windows since, that ran with ``after``, oldest first.
         predicted_after_live: Predicted gamma of ``after`` on each of those windows' own network (the
             window's ``gamma_predicted``), oldest first; windows without one are left out.
+        gammas_before: Measured gamma of the k final windows before the change, oldest first (their
+            spread is part of the measurement's noise).
+        errors_before: The model's gamma error on those windows (|predicted - measured|; 1 where the job
+            marked the model not calibrated), windows with a prediction only.
+        errors_after: The same for the windows in ``gammas_after``.
     """
 
     version: int
@@ -52,10 +57,16 @@ class Evaluation:
     predicted_gamma_after: float | None = None
     gammas_after: list[float] = field(default_factory=list)
     predicted_after_live: list[float] = field(default_factory=list)
+    gammas_before: list[float] = field(default_factory=list)
+    errors_before: list[float] = field(default_factory=list)
+    errors_after: list[float] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-ready dict."""
         return {
+            "gammas_before": list(self.gammas_before),
+            "errors_before": list(self.errors_before),
+            "errors_after": list(self.errors_after),
             "version": self.version,
             "decided_at_ms": self.decided_at_ms,
             "before": self.before.to_json(),
@@ -80,6 +91,9 @@ class Evaluation:
             predicted_gamma_after=data.get("predicted_gamma_after"),
             gammas_after=[float(g) for g in data.get("gammas_after", [])],
             predicted_after_live=[float(g) for g in data.get("predicted_after_live", [])],
+            gammas_before=[float(g) for g in data.get("gammas_before", [])],
+            errors_before=[float(g) for g in data.get("errors_before", [])],
+            errors_after=[float(g) for g in data.get("errors_after", [])],
         )
 
 
@@ -95,6 +109,8 @@ class GroupState:
         last_window_end_ms: End of the newest final window taken into account, ms (event time): older or
             equal windows (a re-run micro-batch) are ignored.
         recent_gammas: Measured gamma of the newest k final windows, oldest first (the "before" of a change).
+        recent_errors: The model's gamma error (|predicted - measured|, 1 where the job marked the model
+            not calibrated) on those of the newest k windows that have a prediction, oldest first.
         evaluation: The change being watched, if any.
         blocked: Configurations rolled back, as ``(librdkafka properties, blocked until ms)``: not tried
             again before then.
@@ -106,6 +122,7 @@ class GroupState:
     last_advice_ms: int | None = None
     last_window_end_ms: int | None = None
     recent_gammas: list[float] = field(default_factory=list)
+    recent_errors: list[float] = field(default_factory=list)
     evaluation: Evaluation | None = None
     blocked: list[tuple[dict[str, Any], int]] = field(default_factory=list)
 
@@ -118,6 +135,7 @@ class GroupState:
             "last_advice_ms": self.last_advice_ms,
             "last_window_end_ms": self.last_window_end_ms,
             "recent_gammas": list(self.recent_gammas),
+            "recent_errors": list(self.recent_errors),
             "evaluation": self.evaluation.to_json() if self.evaluation is not None else None,
             "blocked": [{"properties": p, "until_ms": u} for p, u in self.blocked],
         }
@@ -133,6 +151,7 @@ class GroupState:
             last_advice_ms=data.get("last_advice_ms"),
             last_window_end_ms=data.get("last_window_end_ms"),
             recent_gammas=[float(g) for g in data.get("recent_gammas", [])],
+            recent_errors=[float(g) for g in data.get("recent_errors", [])],
             evaluation=Evaluation.from_json(evaluation) if evaluation is not None else None,
             blocked=[(dict(b["properties"]), int(b["until_ms"])) for b in data.get("blocked", [])],
         )

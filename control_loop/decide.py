@@ -32,6 +32,16 @@ Per producer group, from the newest final window results (``docs/DESIGN.md``, "C
   configuration on the network it was decided on). So a network that got worse right after a change
   (a new loss stage) is not blamed on the change; without predictions the shift is 0.
   Without k such windows within ``evaluation_timeout_ms`` the evaluation ends ``held``/``not_applied``.
+* **Measurement first** (issue 39: a change that raised the measured gamma from 0.730 to 1.000 was
+  rolled back because the model had predicted a network improvement of +0.289 it had to beat). A change
+  whose mean measured gamma meets the window's ``gamma_target`` (``kept``/``meets_target``), or beats
+  the gamma before it by more than the measurement's noise (``kept``/``improved``; noise = the larger
+  of ``rollback_tolerance`` and :data:`NOISE_Z` standard errors of the difference of the two means,
+  from the spread of the k windows on each side), is never rolled back. Otherwise the network
+  adjustment is used only where the model is calibrated for both configurations (mean gamma error
+  |gamma_predicted - gamma_actual| at most :data:`CALIBRATED_GAMMA_ERROR` on the k windows before and
+  on the k after, and none of them marked not calibrated by the job), and it is bounded to
+  +-:data:`NETWORK_SHIFT_MAX`; the expected gamma never exceeds 1.
 """
 
 from __future__ import annotations
@@ -39,13 +49,23 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from statistics import fmean
+from statistics import fmean, pvariance
 from typing import Any, Literal
 
 from audit_record import window_result
 from control_loop.config import GroupConfig
 from control_loop.controller_state import ControllerState, Evaluation, GroupState
 from control_loop.settings import ControlSettings
+
+NOISE_Z = 2.0
+"""Standard errors of the difference of the mean measured gammas (k windows before, k after) that count
+as the measurement's noise (about a 95% two-sided band)."""
+CALIBRATED_GAMMA_ERROR = 0.05
+"""Largest mean |gamma_predicted - gamma_actual| over a configuration's windows for the network adjustment
+to use the model there (the job's ``calibration_max_mae`` bar for P_l, applied to gamma)."""
+NETWORK_SHIFT_MAX = 0.1
+"""Bound of the network adjustment of a rollback judgement, gamma units: two calibrated predictions (one
+per configuration) can each be off by about :data:`CALIBRATED_GAMMA_ERROR`."""
 
 Kind = Literal["change", "rollback", "kept", "advice", "held"]
 KINDS: tuple[str, ...] = ("change", "rollback", "kept", "advice", "held")
@@ -55,7 +75,7 @@ or kill switch); ``held`` is a suggestion a guardrail stopped."""
 REASONS: dict[str, tuple[str, ...]] = {
     "change": ("suggestion",),
     "rollback": ("worse",),
-    "kept": ("not_worse",),
+    "kept": ("not_worse", "meets_target", "improved"),
     "advice": ("advise_mode", "kill_switch"),
     "held": ("bounds", "margin", "rolled_back", "dwell", "evaluating", "not_applied"),
 }
@@ -145,6 +165,19 @@ def _mean(values: Iterable[float]) -> float | None:
     return fmean(values) if values else None
 
 
+def measurement_noise(before: list[float], after: list[float], floor: float) -> float:
+    """Return the noise of ``mean(after) - mean(before)`` (gamma units): ``NOISE_Z`` standard errors.
+
+    Each side's variance is its sample variance (0 with one window); the result is at least ``floor``
+    (the ``rollback_tolerance``).
+    """
+
+    def var_of_mean(xs: list[float]) -> float:
+        return pvariance(xs) * len(xs) / (len(xs) - 1) / len(xs) if len(xs) > 1 else 0.0
+
+    return max(floor, NOISE_Z * math.sqrt(var_of_mean(before) + var_of_mean(after)))
+
+
 def _fmt(x: float | None, spec: str = ".3f") -> str:
     return "?" if x is None else format(x, spec)
 
@@ -229,6 +262,11 @@ class Controller:
         gamma = float(row["gamma_actual"])
         k = self.settings.rollback_windows
         st.recent_gammas = [*st.recent_gammas, gamma][-k:]
+        predicted = _number(row.get("gamma_predicted"))
+        error = None
+        if predicted is not None:
+            error = 1.0 if row.get("model_calibrated") is False else abs(predicted - gamma)
+            st.recent_errors = [*st.recent_errors, error][-k:]
         st.last_window_end_ms = int(row["window_end_ms"])
         ev = st.evaluation
         if ev is None:
@@ -238,9 +276,9 @@ class Controller:
         started = int(row.get("window_start_ms") or 0) >= ev.decided_at_ms
         if config is not None and one_config and started and config.runs_as(ev.after):
             ev.gammas_after.append(gamma)
-            predicted = _number(row.get("gamma_predicted"))
-            if predicted is not None:
+            if predicted is not None and error is not None:
                 ev.predicted_after_live.append(predicted)
+                ev.errors_after.append(error)
 
     # ------------------------------------------------------------------------------ decisions
     def _decide_group(
@@ -288,12 +326,22 @@ class Controller:
     ) -> ControlDecision:
         """End an evaluation: ``rollback`` (or advice to roll back under the kill switch) or ``kept``."""
         s = self.settings
-        after = _mean(ev.gammas_after[: s.rollback_windows])
+        k = s.rollback_windows
+        after = _mean(ev.gammas_after[:k])
         before = ev.measured_gamma_before
-        live = _mean(ev.predicted_after_live[: s.rollback_windows])
+        target = _number(row.get("gamma_target"))
+        noise = measurement_noise(ev.gammas_before, ev.gammas_after[:k], s.rollback_tolerance)
+        live = _mean(ev.predicted_after_live[:k])
         planned = ev.predicted_gamma_after
-        shift = live - planned if live is not None and planned is not None else 0.0
-        expected = None if before is None else before + shift
+        predicted_shift = live - planned if live is not None and planned is not None else 0.0
+        error_before, error_after = _mean(ev.errors_before), _mean(ev.errors_after[:k])
+        calibrated = (
+            error_before is not None
+            and error_after is not None
+            and max(error_before, error_after) <= CALIBRATED_GAMMA_ERROR
+        )
+        shift = max(-NETWORK_SHIFT_MAX, min(NETWORK_SHIFT_MAX, predicted_shift)) if calibrated else 0.0
+        expected = None if before is None else min(1.0, before + shift)
         worse = after is not None and expected is not None and after < expected - s.rollback_tolerance
         numbers = dict(
             predicted_before=ev.predicted_gamma_before,
@@ -304,9 +352,31 @@ class Controller:
         words = (
             f"measured gamma over {s.rollback_windows} window(s) after version {ev.version}: "
             f"{_fmt(after)} vs {_fmt(before)} before"
-            + (f", {shift:+.3f} for the network since (predicted)" if shift else "")
-            + f" (tolerance {s.rollback_tolerance:g})"
         )
+        if after is not None and target is not None and after >= target:
+            return self._decision(
+                group, st, row, now_ms, "kept", "meets_target",
+                f"{words}: meets the target {target:g}; kept (measurement first)",
+                ev.before, ev.after, **numbers,
+            )  # fmt: skip
+        if after is not None and before is not None and after - before > noise:
+            return self._decision(
+                group, st, row, now_ms, "kept", "improved",
+                f"{words}: rose by {after - before:+.3f}, more than the measurement's noise {noise:.3f}; "
+                "kept (measurement first)",
+                ev.before, ev.after, **numbers,
+            )  # fmt: skip
+        if predicted_shift and not calibrated:
+            words += (
+                f", network adjustment {predicted_shift:+.3f} predicted, not used (model not calibrated "
+                f"for both configurations: gamma error {_fmt(error_before)} before, "
+                f"{_fmt(error_after)} after, bar {CALIBRATED_GAMMA_ERROR:g})"
+            )
+        elif shift != predicted_shift:
+            words += f", {predicted_shift:+.3f} for the network since (predicted), {shift:+.3f} used (bound)"
+        elif shift:
+            words += f", {shift:+.3f} for the network since (predicted)"
+        words += f" (tolerance {s.rollback_tolerance:g})"
         if not worse:
             return self._decision(
                 group, st, row, now_ms, "kept", "not_worse", f"{words}: kept", ev.before, ev.after, **numbers
@@ -438,6 +508,8 @@ class Controller:
             measured_gamma_before=measured,
             predicted_gamma_before=before,
             predicted_gamma_after=after,
+            gammas_before=list(st.recent_gammas),
+            errors_before=list(st.recent_errors),
         )
         return self._decision(
             group,

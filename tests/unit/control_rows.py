@@ -31,6 +31,7 @@ def row(
     timeout: int = 5_000,
     linger_ms: float = 5.0,
     producer_configs: int = 1,
+    model_calibrated: bool | None = None,
 ) -> dict[str, Any]:
     """A final window result of window ``i`` with a suggestion (default ``batch.num.messages`` 1→4).
 
@@ -59,6 +60,8 @@ def row(
         gamma_predicted=gamma_predicted,
         gamma_target=0.9,
     )
+    if model_calibrated is not None:
+        out["model_calibrated"] = model_calibrated
     changes = {"batch.num.messages": 4} if changes is None else changes
     if changes:
         out.update(window_result.suggestion_fields(changes))

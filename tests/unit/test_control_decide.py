@@ -250,3 +250,67 @@ def test_a_rollback_judged_after_a_switch_to_advise_is_advice():
         advise.decide([row(i, batch=4, gamma_predicted=0.93, gamma_actual=0.5, changes={})], now_after(i))
     (d,) = advise.decide([row(4, batch=4, gamma_predicted=0.93, gamma_actual=0.5, changes={})], now_after(4))
     assert (d.kind, d.reason, d.version) == ("advice", "advise_mode", 1)
+
+
+# ------------------------------------------------------------------ measurement first (issue 39, item 4)
+def _change_then(
+    c: Controller, *, before: float, after: float, predicted_after_live: float, **kw
+) -> ControlDecision:
+    """Three windows at gamma ``before`` (the change after the third), then four with the new configuration.
+
+    Window 3 started before the change, so windows 4-6 are the k = 3 judged.
+    """
+    for i in (0, 1, 2):
+        out = decide(c, i, gamma_actual=before, gamma_predicted=before + 0.02, changes={} if i < 2 else None)
+    assert kinds(out) == [("change", "suggestion")]
+    for i in (3, 4, 5):
+        assert (
+            decide(c, i, batch=4, gamma_actual=after, gamma_predicted=predicted_after_live, changes={}, **kw)
+            == []
+        )
+    (d,) = decide(c, 6, batch=4, gamma_actual=after, gamma_predicted=predicted_after_live, changes={}, **kw)
+    return d
+
+
+def test_the_issue_case_a_change_that_raised_gamma_to_1_is_kept_whatever_the_network_prediction():
+    # issue 39: 0.730 -> 1.000 measured, the model planned 0.93 and then predicted 0.93 + 0.289 for the
+    # new configuration (a network improvement it had to beat): before, a rollback (1.000 < 1.019 - 0.01)
+    d = _change_then(controller(), before=0.730, after=1.000, predicted_after_live=0.93 + 0.289)
+    assert (d.kind, d.reason) == ("kept", "meets_target")
+    assert d.measured_gamma_before == pytest.approx(0.730) and d.measured_gamma_after == pytest.approx(1.0)
+    assert "meets the target 0.9" in d.detail
+
+
+def test_a_rise_beyond_the_noise_is_kept_below_the_target():
+    # 0.50 -> 0.80 (target 0.9 not met), the model expected +0.4 from the network: the rise is measured
+    d = _change_then(controller(), before=0.50, after=0.80, predicted_after_live=0.93 + 0.4)
+    assert (d.kind, d.reason) == ("kept", "improved")
+    assert "more than the measurement's noise 0.010" in d.detail
+
+
+def test_measurement_noise_grows_with_the_windows_spread():
+    from control_loop.decide import NOISE_Z, measurement_noise
+
+    assert measurement_noise([0.7, 0.7, 0.7], [0.8, 0.8, 0.8], 0.01) == 0.01
+    noisy = measurement_noise([0.6, 0.7, 0.8], [0.7, 0.8, 0.9], 0.01)
+    assert noisy == pytest.approx(NOISE_Z * (2 * 0.01 / 3) ** 0.5)  # sample variance 0.01 on each side
+
+
+def test_the_network_adjustment_is_bounded_and_needs_a_calibrated_model():
+    from control_loop.decide import NETWORK_SHIFT_MAX
+
+    # calibrated for both (gamma errors 0.02 before, 0.02 after); the model moved the new configuration's
+    # prediction by 0.62 - 0.93 = -0.31 (a worse network): bounded to -0.1, so 0.60 measured is expected
+    # at 0.70 - 0.1 = 0.60: kept
+    d = _change_then(controller(), before=0.70, after=0.60, predicted_after_live=0.62)
+    assert (d.kind, d.reason) == ("kept", "not_worse")
+    assert f"-0.310 for the network since (predicted), {-NETWORK_SHIFT_MAX:+.3f} used (bound)" in d.detail
+    # the same windows with the model marked not calibrated by the job: no adjustment, 0.60 < 0.70 - 0.01
+    d = _change_then(controller(), before=0.70, after=0.60, predicted_after_live=0.62, model_calibrated=False)
+    assert (d.kind, d.reason) == ("rollback", "worse")
+    assert "not used (model not calibrated" in d.detail
+    # the model far off the measured gamma of the new configuration (1.0 predicted, 0.695 measured):
+    # its +0.07 for the network is not used; 0.695 is within the tolerance of 0.70: kept
+    d = _change_then(controller(), before=0.70, after=0.695, predicted_after_live=1.0)
+    assert (d.kind, d.reason) == ("kept", "not_worse")
+    assert "not used (model not calibrated" in d.detail
