@@ -12,7 +12,9 @@ unaudited traffic, or producers too old to report a configuration) waits the gra
 Both places that decide finality use this rule: the audit consumer closes a window's counters after
 ``wait_ms`` (``settle_ms`` = 0), the reconciliation job emits its final result after ``wait_ms`` with
 its ``settle_ms`` (the time the audit consumers' final snapshots need to reach it). Messages that come
-later still count as late, never as received.
+later still count as late, never as received. The job makes a window final earlier when it can prove
+that nothing more of it can arrive (every producer accounted for every message, every tier read past
+them: :mod:`spark_streaming.finality_proof`); this rule is the fallback and the audit consumer's own.
 """
 
 from __future__ import annotations

@@ -90,7 +90,9 @@ def _by_producer(snaps: Iterable[Mapping[str, Any]], tier: str) -> dict[str, tup
     return out
 
 
-def judge(snapshots: Iterable[Mapping[str, Any]], clusters: Iterable[str], order: TierOrder) -> Verdict:
+def judge(
+    snapshots: Iterable[Mapping[str, Any]], clusters: Iterable[str], order: TierOrder, adaptive: bool = True
+) -> Verdict:
     """Return whether one (topic, window) is proven final by its snapshots (see the module docstring).
 
     Args:
@@ -98,9 +100,11 @@ def judge(snapshots: Iterable[Mapping[str, Any]], clusters: Iterable[str], order
         clusters: Cluster names expected to audit the topic (their tiers must prove it too).
         order: The tier order (:class:`audit_record.tiers.TierOrder`): a tier without read offsets is
             compared with the one before it.
+        adaptive: Whether the job's wait adapts to the producers' ``message.timeout.ms``
+            (:attr:`audit_record.finality.Finality.adaptive`); if not, the fallback is the grace.
     """
     snaps = list(snapshots)
-    fallback = TIMEOUT if message_timeout_ms(snaps) is not None else GRACE
+    fallback = TIMEOUT if adaptive and message_timeout_ms(snaps) is not None else GRACE
     producers: dict[str, list[Mapping[str, Any]]] = {}
     for s in snaps:
         if s["tier"] == PRODUCER_TIER and s.get("producer_id"):

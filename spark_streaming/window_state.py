@@ -6,7 +6,12 @@ watermark passes ``window_end`` + its wait (the grace, or longer while the windo
 deliver: :class:`audit_record.finality.Finality`, docs/DESIGN.md invariant 8; each result says how long
 in ``final_wait_ms``) the timeout emits the *final* result once and leaves a small
 tombstone (for ``retention_ms``) so snapshots arriving later are reported as late, never re-opening a
-final window (docs/DESIGN.md, invariant 5). Dead letters pass straight through; heartbeats only move the
+final window (docs/DESIGN.md, invariant 5). A window proven complete earlier
+(:mod:`spark_streaming.finality_proof`: every producer accounted for it, every tier read past it) is
+final at the micro-batch after the one in which the proof first held, whatever the watermark; its
+tombstone keeps each snapshot key's counts, so the tiers' closing snapshots that repeat them are not
+late. Results say which rule makes the window final and what it waits for (``final_rule``,
+``waiting_for``). Dead letters pass straight through; heartbeats only move the
 watermark. Every producer-tier snapshot a micro-batch brings in (the newest per producer) also leaves
 as a ``producer`` row (configuration in effect, RTT, retries) for the per-producer metrics.
 
@@ -171,7 +176,7 @@ def make_reconciler(
             snaps = json.loads(snaps_json)
             wait = wait_of(snaps)
             watermark = state.getCurrentWatermarkMs()
-            verdict = judge(snaps.values(), clusters, order)
+            verdict = judge(snaps.values(), clusters, order, rule.adaptive)
             # Armed early (below) by a proof that held at the end of an earlier micro-batch: it still does.
             if not verdict.proven:
                 if watermark < end + wait:  # armed by a proof that no longer holds: the timeout rule
@@ -206,7 +211,7 @@ def make_reconciler(
                     )
                 return
             snaps = json.loads(snaps_json)
-        proven_before = bool(snaps) and judge(snaps.values(), clusters, order).proven
+        proven_before = bool(snaps) and judge(snaps.values(), clusters, order, rule.adaptive).proven
         changed = False
         producers: dict[str, dict[str, Any]] = {}
         for pdf in pdfs:
@@ -224,7 +229,7 @@ def make_reconciler(
         assert end is not None
         wait = wait_of(snaps)
         watermark = state.getCurrentWatermarkMs()
-        verdict = judge(snaps.values(), clusters, order)
+        verdict = judge(snaps.values(), clusters, order, rule.adaptive)
         out = [producer_row(topic, window_start, end, p) for p in producers.values()]
         if verdict.proven and proven_before:  # the proof held at the end of the last micro-batch too
             state.update((tombstone(snaps, True), end, True))
