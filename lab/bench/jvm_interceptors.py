@@ -1,0 +1,251 @@
+"""Benchmark (not a test): what the JVM interceptors cost Kafka's own perf tools (issue 38, item 7).
+
+Producers, ``kafka-producer-perf-test`` (``org.apache.kafka.tools.ProducerPerformance``, its defaults:
+acks=all, idempotent, linger.ms 5, batch.size 16 KiB; ``--throughput -1``) on 100-byte and 1-KiB records:
+
+  * bare: no interceptor (the baseline)
+  * floor: ``StampOnlyInterceptor`` (``lab/bench/java``, compiled here with javac): the v2 stamp header
+    and the CreateTime on a copy of the record, what any stamping interceptor must do, nothing else
+  * audited: ``io.kafkaaudit.interceptors.AuditProducerInterceptor`` (the jar ``make bootstrap`` builds)
+
+Consumers, ``kafka-consumer-perf-test`` (``ConsumerPerformance``, a new group per run, from the earliest
+offset) on 100-byte records that the audited producer wrote (so every record carries a stamp to count):
+
+  * bare: no interceptor
+  * audited: ``io.kafkaaudit.interceptors.AuditConsumerInterceptor``
+
+Rate = the tool's own figure: the producer's ``records/sec`` over its send loop (JVM start excluded), the
+consumer's ``fetch.nMsg.sec`` (rebalance time excluded). Against a local one-broker cluster the script
+starts (3-partition topics), on the same host: the broker shares the CPU. The runs interleave: every
+floor, audited run is between two bare runs (B F B A B per workload and round, the order of F and A
+alternating per round; B A B for the consumer), and its ratio is taken against the mean rate of those two
+neighbours, so load drifting over seconds shifts both sides of a ratio alike. Each cell is the median
+over ``--repeats`` rounds (at least 3). The load average is printed before and after.
+
+``--jfr DIR``: also record one audited 100-byte producer run with Java Flight Recorder
+(``-XX:StartFlightRecording``) into ``DIR/audited-producer.jfr`` and print its hottest methods
+(``jfr print --events jdk.ExecutionSample``, top frames), to see where an audited run's time goes.
+
+Usage: python lab/bench/jvm_interceptors.py [--records N] [--kb-records N] [--consumer-records N]
+       [--repeats R] [--jfr DIR]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as `python lab/bench/jvm_interceptors.py`, this file's folder would shadow the project's packages.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import argparse
+import collections
+import os
+import re
+import statistics
+import subprocess
+import tempfile
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from rich.console import Console
+from rich.table import Table
+
+from kafka_plumbing.interceptor_jar import CONSUMER_INTERCEPTOR, PRODUCER_INTERCEPTOR, interceptor_jar
+from kafka_plumbing.jvm import classpath, java_executable
+from kafka_plumbing.local_cluster import KafkaCluster
+from kafka_plumbing.topics import ensure_topic
+
+JAVA_DIR = Path(__file__).parent / "java"
+FLOOR = "StampOnlyInterceptor"
+AUDIT_TOPIC = "__kafka_audit_bench"
+TARGETS = {("producer", 100): 0.8, ("producer", 1024): 0.95, ("consumer", 100): 0.9}
+"""audited/bare targets of issue 38 (Acceptance, "Benchmark")."""
+PRODUCED = re.compile(r"(\d+) records sent, ([\d.]+) records/sec")
+JVM_FLAGS = ["-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true"]
+
+
+def load() -> str:
+    """The host's 1/5/15-minute load averages (``os.getloadavg``)."""
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def commit() -> str:
+    """The repository's HEAD commit, short form."""
+    root = Path(__file__).resolve().parents[2]
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
+    return head.stdout.strip() or "?"
+
+
+def compile_floor(out: Path) -> Path:
+    """Compile ``java/StampOnlyInterceptor.java`` against kafka-clients into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    javac = str(Path(java_executable()).with_name("javac"))
+    src = str(JAVA_DIR / f"{FLOOR}.java")
+    subprocess.run([javac, "-d", str(out), "-cp", classpath("kafka"), src], check=True)
+    return out
+
+
+class Bench:
+    """The cluster, the classpath and the runs' commands."""
+
+    def __init__(self, cluster: KafkaCluster, classes: Path) -> None:
+        self.bootstrap = cluster.bootstrap_servers
+        self.cp = os.pathsep.join([classpath("kafka"), str(interceptor_jar()), str(classes)])
+        self.groups = collections.Counter[str]()
+
+    def _java(self, main: str, args: list[str], jfr: Path | None = None) -> str:
+        flags = [*JVM_FLAGS, *([f"-XX:StartFlightRecording=filename={jfr},settings=profile"] if jfr else [])]
+        cmd = [java_executable(), *flags, "-cp", self.cp, main, *args]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"{main} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+            )
+        return done.stdout
+
+    def produce(self, variant: str, topic: str, records: int, size: int, jfr: Path | None = None) -> float:
+        """One ``kafka-producer-perf-test`` run; return its records/s."""
+        props = [f"bootstrap.servers={self.bootstrap}", f"client.id=bench-{variant}"]
+        if variant == "floor":
+            props.append(f"interceptor.classes={FLOOR}")
+        elif variant == "audited":
+            props += [f"interceptor.classes={PRODUCER_INTERCEPTOR}", f"kafka.audit.topic={AUDIT_TOPIC}"]
+        args = ["--topic", topic, "--num-records", str(records), "--record-size", str(size)]
+        out = self._java(
+            "org.apache.kafka.tools.ProducerPerformance",
+            [*args, "--throughput", "-1", "--command-property", *props],
+            jfr,
+        )
+        found = PRODUCED.findall(out)
+        if not found or int(found[-1][0]) != records:
+            raise RuntimeError(f"no summary of {records} records in:\n{out[-2000:]}")
+        return float(found[-1][1])
+
+    def consume(self, variant: str, topic: str, records: int, work: Path) -> float:
+        """One ``kafka-consumer-perf-test`` run (a new group); return its fetch.nMsg.sec."""
+        self.groups[variant] += 1
+        group = f"bench-{variant}-{self.groups[variant]}-{os.getpid()}"
+        config = work / f"{group}.properties"
+        lines = [f"client.id={group}", "auto.offset.reset=earliest"]
+        if variant == "audited":
+            lines += [f"interceptor.classes={CONSUMER_INTERCEPTOR}", f"kafka.audit.topic={AUDIT_TOPIC}"]
+        config.write_text("\n".join(lines) + "\n")
+        out = self._java(
+            "org.apache.kafka.tools.ConsumerPerformance",
+            [
+                "--bootstrap-server", self.bootstrap, "--topic", topic, "--num-records", str(records),
+                "--group", group, "--command-config", str(config), "--timeout", "60000",
+            ],
+        )  # fmt: skip
+        lines = [ln for ln in out.splitlines() if ln.count(",") >= 9 and not ln.startswith("start.time")]
+        if not lines:
+            raise RuntimeError(f"no consumer summary in:\n{out[-2000:]}")
+        fields = [f.strip() for f in lines[-1].split(",")]
+        if int(fields[4]) < records:
+            raise RuntimeError(f"consumed {fields[4]} of {records} records:\n{out[-2000:]}")
+        return float(fields[9])
+
+
+def interleaved(run: dict[str, Callable[[], float]], order: list[str]) -> dict[str, tuple[float, float]]:
+    """Run ``bare`` before, between and after the variants of ``order``; return variant -> (rate, ratio).
+
+    Bare's entry is (its median rate, 1.0); a variant's ratio is its rate over the mean of its neighbours.
+    """
+    bare = [run["bare"]()]
+    out: dict[str, tuple[float, float]] = {}
+    for variant in order:
+        rate = run[variant]()
+        bare.append(run["bare"]())
+        out[variant] = (rate, rate / ((bare[-2] + bare[-1]) / 2))
+    out["bare"] = (statistics.median(bare), 1.0)
+    return out
+
+
+def main() -> None:
+    """Start a broker, run the rounds, print the table (see the module comment)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=2_000_000, help="100-byte records per producer run")
+    parser.add_argument("--kb-records", type=int, default=500_000, help="1-KiB records per producer run")
+    parser.add_argument("--consumer-records", type=int, default=2_000_000, help="records per consumer run")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds (at least 3)")
+    parser.add_argument(
+        "--jfr", type=Path, default=None, help="record one audited producer run with JFR here"
+    )
+    args = parser.parse_args()
+    if args.repeats < 3:
+        parser.error("--repeats: at least 3")
+    console = Console(width=160)
+    started = datetime.now(UTC)
+    load_before = load()
+    console.print(
+        f"# lab/bench/jvm_interceptors.py, {started:%Y-%m-%d %H:%M} UTC, load average {load_before}"
+    )
+    with tempfile.TemporaryDirectory(prefix="kaudit-jvm-bench-") as tmp:
+        work = Path(tmp)
+        cluster = KafkaCluster.create(work / "kafka", brokers=1, metrics=False)
+        cluster.start()
+        try:
+            kconfig = {"bootstrap.servers": cluster.bootstrap_servers}
+            for t in ("bench-100", "bench-1k", "bench-consume", AUDIT_TOPIC):
+                ensure_topic(kconfig, t, partitions=1 if t == AUDIT_TOPIC else 3)
+            bench = Bench(cluster, compile_floor(work / "classes"))
+            # The consumer's topic: stamped records, written once by the audited producer.
+            bench.produce("audited", "bench-consume", args.consumer_records, 100)
+            rows: dict[tuple[str, int, str], list[tuple[float, float]]] = collections.defaultdict(list)
+            for r in range(args.repeats):
+                console.print(f"round {r + 1}/{args.repeats} (load average {load()})")
+                order = ["floor", "audited"] if r % 2 == 0 else ["audited", "floor"]
+                for size, n, topic in ((100, args.records, "bench-100"), (1024, args.kb_records, "bench-1k")):
+                    runs = {
+                        v: (lambda v=v, n=n, topic=topic, size=size: bench.produce(v, topic, n, size))
+                        for v in ("bare", "floor", "audited")
+                    }
+                    for v, cell in interleaved(runs, order).items():
+                        rows[("producer", size, v)].append(cell)
+                runs = {
+                    v: (lambda v=v: bench.consume(v, "bench-consume", args.consumer_records, work))
+                    for v in ("bare", "audited")
+                }
+                for v, cell in interleaved(runs, ["audited"]).items():
+                    rows[("consumer", 100, v)].append(cell)
+            if args.jfr is not None:
+                args.jfr.mkdir(parents=True, exist_ok=True)
+                jfr = args.jfr / "audited-producer.jfr"
+                bench.produce("audited", "bench-100", args.records, 100, jfr=jfr)
+                console.print(f"JFR recording of one audited 100-byte producer run: {jfr}")
+        finally:
+            cluster.stop()
+    table = Table(
+        title=f"JVM interceptors vs bare perf tools: producer {args.records:,} x 100 B and"
+        f" {args.kb_records:,} x 1 KiB, consumer {args.consumer_records:,} x 100 B;"
+        f" median of {args.repeats} rounds, each run between two bare runs"
+        " (local broker on the same 2-core host)"
+    )
+    for col in ("tool", "record", "interceptor", "records/s", "runs (k/s)", "ratio vs bare", "target"):
+        table.add_column(col, justify="left" if col in ("tool", "interceptor") else "right")
+    names = {"bare": "none (bare)", "floor": f"floor: {FLOOR}", "audited": "AuditProducerInterceptor"}
+    rank = {"bare": 0, "floor": 1, "audited": 2}
+    for (tool, size, variant), cells in sorted(
+        rows.items(), key=lambda kv: (kv[0][0] == "consumer", kv[0][1], rank[kv[0][2]])
+    ):
+        name = "AuditConsumerInterceptor" if tool == "consumer" and variant == "audited" else names[variant]
+        rate = statistics.median(c[0] for c in cells)
+        ratio = statistics.median(c[1] for c in cells)
+        target = TARGETS.get((tool, size)) if variant == "audited" else None
+        verdict = "" if target is None else f">= {target} {'ok' if ratio >= target else 'MISSED'}"
+        table.add_row(
+            f"kafka-{tool}-perf-test",
+            "100 B" if size == 100 else "1 KiB",
+            name,
+            f"{rate:,.0f}",
+            " ".join(f"{c[0] / 1000:.0f}" for c in cells),
+            f"{ratio:.2f}",
+            verdict,
+        )
+    console.print(table)
+    console.print(f"load average after: {load()}; commit {commit()}; {datetime.now(UTC):%H:%M} UTC")
+
+
+if __name__ == "__main__":
+    main()
