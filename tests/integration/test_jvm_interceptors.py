@@ -8,8 +8,10 @@ with ``AuditConsumerInterceptor``. The verifier (:func:`audit_consumer.ground_tr
 reads the topic and the audit topic (decoding the Java snapshots with :mod:`audit_record.codec`): every final
 window's ``sent`` equals what the topic holds, ``sent`` summed equals N (the perf tool's count, not the
 interceptor's), nothing is unaudited, and the consumer tier ``consumer:<group>`` counts every record once.
-A second test checks the audit record bytes both ways: Python-written records decode in Java and Java
-encodes them again to the same bytes.
+A second test runs the same tools beside the real audit consumer and Spark job (local[2]): the final window
+results of the tiers ``producer``, ``cluster:<name>`` and ``consumer:<group>`` equal the verifier's counts. A
+third checks the audit record bytes both ways: Python-written records decode in Java and Java encodes them
+again to the same bytes.
 """
 
 from __future__ import annotations
@@ -26,7 +28,12 @@ from audit_record.record import AuditRecord, PartitionDelivery, ProducerIdentity
 from kafka_plumbing.interceptor_jar import CONSUMER_INTERCEPTOR, PRODUCER_INTERCEPTOR, interceptor_jar
 from kafka_plumbing.jvm import classpath, jars_dir, java_executable
 from kafka_plumbing.topics import ensure_topic
+from spark_streaming.job import ReconciliationJob
+from spark_streaming.results import final_results, read_results
+from spark_streaming.settings import SparkJobSettings
 from tests.conftest import unique_name
+
+from .helpers import CLUSTER, consumer_settings, running_consumer, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -44,6 +51,38 @@ def _java(main: str, *args: str, timeout_s: float = 180.0) -> subprocess.Complet
     )
 
 
+def _perf_producer(bootstrap: str, topic: str, n: int, audit_topic: str) -> None:
+    """kafka-producer-perf-test: ``n`` records of 100 bytes, audited by ``interceptor.classes`` alone."""
+    produced = _java(
+        "org.apache.kafka.tools.ProducerPerformance",
+        "--topic", topic,
+        "--num-records", str(n),
+        "--record-size", "100",
+        "--throughput", "10000",
+        "--command-property",
+        f"bootstrap.servers={bootstrap}",
+        f"interceptor.classes={PRODUCER_INTERCEPTOR}",
+        "client.id=perf-producer",
+        f"kafka.audit.topic={audit_topic}",
+        f"kafka.audit.window.ms={WINDOW_MS}",
+    )  # fmt: skip
+    assert produced.returncode == 0, produced.stderr[-3000:]
+
+
+def _perf_consumer(bootstrap: str, topic: str, n: int, group: str, props: Path) -> None:
+    """kafka-consumer-perf-test: ``n`` records in consumer group ``group``, settings file ``props``."""
+    consumed = _java(
+        "org.apache.kafka.tools.ConsumerPerformance",
+        "--bootstrap-server", bootstrap,
+        "--topic", topic,
+        "--num-records", str(n),
+        "--group", group,
+        "--command-config", str(props),
+        "--timeout", "60000",
+    )  # fmt: skip
+    assert consumed.returncode == 0, consumed.stderr[-3000:]
+
+
 def test_perf_tools_audited_by_configuration_alone(
     request: pytest.FixtureRequest, kconfig: dict[str, str], bootstrap: str, topic: str, tmp_path: Path
 ) -> None:
@@ -51,19 +90,7 @@ def test_perf_tools_audited_by_configuration_alone(
     dlq_topic = unique_name(request, ".dlq")
     ensure_topic(kconfig, audit_topic, 3)
     audit = [f"kafka.audit.topic={audit_topic}", f"kafka.audit.window.ms={WINDOW_MS}"]
-    produced = _java(
-        "org.apache.kafka.tools.ProducerPerformance",
-        "--topic", topic,
-        "--num-records", str(N),
-        "--record-size", "100",
-        "--throughput", "10000",
-        "--producer-props",
-        f"bootstrap.servers={bootstrap}",
-        f"interceptor.classes={PRODUCER_INTERCEPTOR}",
-        "client.id=perf-producer",
-        *audit,
-    )  # fmt: skip
-    assert produced.returncode == 0, produced.stderr[-3000:]
+    _perf_producer(bootstrap, topic, N, audit_topic)
     group = unique_name(request, ".group")
     props = tmp_path / "consumer.properties"
     props.write_text(
@@ -71,16 +98,7 @@ def test_perf_tools_audited_by_configuration_alone(
             [f"interceptor.classes={CONSUMER_INTERCEPTOR}", f"kafka.audit.dlq.topic={dlq_topic}", *audit]
         )
     )
-    consumed = _java(
-        "org.apache.kafka.tools.ConsumerPerformance",
-        "--bootstrap-server", bootstrap,
-        "--topic", topic,
-        "--num-records", str(N),
-        "--group", group,
-        "--command-config", str(props),
-        "--timeout", "60000",
-    )  # fmt: skip
-    assert consumed.returncode == 0, consumed.stderr[-3000:]
+    _perf_consumer(bootstrap, topic, N, group, props)
 
     truth = verify_topic(kconfig, topic, WINDOW_MS, audit_topic=audit_topic, timeout_s=120)
     assert truth.messages == N and truth.malformed_stamps == 0
@@ -119,6 +137,89 @@ def test_perf_tools_audited_by_configuration_alone(
         by_window[s.window_start_ms] += s.unique
         assert s.read_offsets and s.read_offsets[0].partition == s.partition
     assert dict(by_window) == {r.window_start_ms: r.unique for r in rows}
+
+
+@pytest.mark.slow
+def test_java_tiers_reconcile_exactly_in_the_spark_job(
+    request: pytest.FixtureRequest,
+    kconfig: dict[str, str],
+    bootstrap: str,
+    topic: str,
+    audit_topics: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """Java producer and consumer group beside the audit consumer: every tier's final results are exact.
+
+    The job writes one result per (topic, window, reading tier); each carries the producers' ``sent``.
+    """
+    n = 20_000
+    audit_topic = audit_topics["audit_topic"]
+    for t in (audit_topic, audit_topics["state_topic"]):
+        ensure_topic(kconfig, t, 3)
+    settings = SparkJobSettings(
+        bootstrap_servers=bootstrap,
+        audit_topic=audit_topic,
+        dlq_topic=audit_topics["dlq_topic"],
+        results_topic=f"{audit_topic}.results",
+        commits_topic=f"{audit_topic}.commits",
+        checkpoint_dir=tmp_path / "checkpoint",
+        parquet_dir=tmp_path / "parquet",
+        clusters=[CLUSTER],
+        trigger_ms=1_000,
+        watermark_delay_ms=2_000,
+        grace_ms=8_000,
+        heartbeat_ms=500,
+        query_name=f"q-jvm-{audit_topic[-8:]}",
+    )
+    group = unique_name(request, ".group")
+    tiers = {f"cluster:{CLUSTER}", consumer_tier(group)}  # results per reading tier; sent is the producers'
+    props = tmp_path / "consumer.properties"
+    props.write_text(
+        f"interceptor.classes={CONSUMER_INTERCEPTOR}\nkafka.audit.topic={audit_topic}\n"
+        f"kafka.audit.window.ms={WINDOW_MS}\nkafka.audit.dlq.topic={audit_topics['dlq_topic']}\n"
+    )
+    job = ReconciliationJob(settings)
+    job.start()
+    try:
+        with running_consumer(consumer_settings(bootstrap, [topic], audit_topics, window_ms=WINDOW_MS)):
+            _perf_producer(bootstrap, topic, n, audit_topic)
+            _perf_consumer(bootstrap, topic, n, group, props)
+            truth = verify_topic(kconfig, topic, WINDOW_MS, audit_topic=audit_topic, timeout_s=120)
+            windows = {start for start, _ in truth.rows}
+
+            def all_final() -> dict[tuple[str, int, str], list[dict]] | None:
+                if job.exception() is not None:
+                    raise AssertionError(f"the Spark query failed: {job.exception()}")
+                finals = final_results(read_results(kconfig, settings.results_topic))
+                done = {(w, t) for (tp, w, t) in finals if tp == topic}
+                return finals if all((w, t) in done for w in windows for t in tiers) else None
+
+            try:
+                finals = wait_for(all_final, 240, "final results of every window and tier")
+            except AssertionError as exc:  # say which (window, tier) waits for what
+                latest = {
+                    (r["window_start_ms"], r["tier"]): (r["state"], r.get("final_rule"), r.get("waiting_for"))
+                    for r in read_results(kconfig, settings.results_topic)
+                    if r["topic"] == topic
+                }
+                raise AssertionError(f"{exc}; windows {sorted(windows)}; latest results {latest}") from exc
+    finally:
+        job.stop()
+    assert sum(r.sent for r in truth.rows.values()) == n
+    for start in windows:
+        rows = [r for (s, _), r in truth.rows.items() if s == start]
+        sent = sum(r.sent for r in rows)
+        assert sent == sum(r.unique for r in rows) == sum(r.received for r in rows)
+        for tier in tiers:
+            results = finals[(topic, start, tier)]
+            assert len(results) == 1, f"one final result per (topic, window, tier): {tier} {start}"
+            res = results[0]
+            assert (res["sent"], res["unique"], res["duplicated"], res["unaudited"]) == (sent, sent, 0, 0), (
+                tier,
+                start,
+                res,
+            )
+            assert res["loss_rate"] == 0.0 and res["producers"] == 1 and res["acknowledged"] == sent
 
 
 def test_audit_record_bytes_both_ways() -> None:
