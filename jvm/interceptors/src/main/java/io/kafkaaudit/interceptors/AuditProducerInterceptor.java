@@ -124,9 +124,21 @@ public class AuditProducerInterceptor<K, V> implements ProducerInterceptor<K, V>
         }
     }
 
+    /**
+     * What kafka-clients before 4.0 call (no headers, so no stamp to find the window by): see
+     * {@link ProducerAuditor#onAcknowledgementWithoutStamp}. kafka-clients 4 call the three-argument form only.
+     */
     @Override
     public void onAcknowledgement(RecordMetadata metadata, Exception exception) {
-        // Clients call the three-argument form; this one has no headers, so no stamp to find the window by.
+        ProducerAuditor a = auditor;
+        if (a == null) {
+            return;
+        }
+        try {
+            a.onAcknowledgementWithoutStamp(metadata, exception);
+        } catch (RuntimeException | Error e) {
+            metrics.internalError("onAcknowledgement", e);
+        }
     }
 
     @Override

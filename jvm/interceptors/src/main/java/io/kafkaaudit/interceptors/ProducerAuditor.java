@@ -197,27 +197,71 @@ final class ProducerAuditor {
                 metrics.unattributedAcknowledgements.incrementAndGet();
                 return;
             }
-            int p = md == null ? -1 : md.partition();
-            ProducerWindow.Partition part = w.partition(p);
-            if (error == null) {
-                w.acknowledged++;
-                part.acknowledged++;
-                if (md.hasOffset() && md.offset() > part.lastOffset) {
-                    part.lastOffset = md.offset();
-                }
-                if (md.hasTimestamp()) {
-                    w.latency.add(now - md.timestamp());
-                }
-            } else {
-                w.failed++;
-                part.failed++;
-                part.failedByError.merge(errorName, 1L, Long::sum);
-            }
-            if (md != null && md.serializedValueSize() > 0) {
-                w.bytes += md.serializedValueSize();
-            }
-            w.acksChanged = true;
+            count(w, md, error, errorName, now);
         }
+    }
+
+    /**
+     * Count an acknowledgement that carries no headers: kafka-clients before 4.0 call only
+     * {@code onAcknowledgement(metadata, exception)}. A success goes to the window of its timestamp (the
+     * CreateTime the broker confirms) if that window still waits for acknowledgements; anything else (a failure,
+     * which carries no timestamp, or a LogAppendTime topic) to the topic's oldest window still waiting, as
+     * records expire in the order they were sent. Exact per topic, approximate per window under failures.
+     */
+    void onAcknowledgementWithoutStamp(RecordMetadata md, Exception error) {
+        long now = clock.getAsLong();
+        String errorName = error == null ? null : errorName(error);
+        synchronized (lock) {
+            synchronized (ackLock) {
+                Map<Long, ProducerWindow> m = md == null ? null : windows.get(md.topic());
+                if (m == null) {
+                    metrics.unattributedAcknowledgements.incrementAndGet();
+                    return;
+                }
+                ProducerWindow w = null;
+                if (error == null && md.hasTimestamp()) {
+                    long ts = md.timestamp();
+                    w = m.get(ts - Math.floorMod(ts, settings.windowMs()));
+                }
+                if (w == null || w.acknowledged + w.failed >= w.sent) {
+                    w = null;
+                    for (ProducerWindow c : m.values()) {
+                        if (c.acknowledged + c.failed < c.sent && (w == null || c.start < w.start)) {
+                            w = c;
+                        }
+                    }
+                }
+                if (w == null) {
+                    metrics.unattributedAcknowledgements.incrementAndGet();
+                    return;
+                }
+                count(w, md, error, errorName, now);
+            }
+        }
+    }
+
+    /** Count one report in window {@code w}; the caller holds the acknowledgement lock. */
+    private static void count(ProducerWindow w, RecordMetadata md, Exception error, String errorName, long now) {
+        int p = md == null ? -1 : md.partition();
+        ProducerWindow.Partition part = w.partition(p);
+        if (error == null) {
+            w.acknowledged++;
+            part.acknowledged++;
+            if (md.hasOffset() && md.offset() > part.lastOffset) {
+                part.lastOffset = md.offset();
+            }
+            if (md.hasTimestamp()) {
+                w.latency.add(now - md.timestamp());
+            }
+        } else {
+            w.failed++;
+            part.failed++;
+            part.failedByError.merge(errorName, 1L, Long::sum);
+        }
+        if (md != null && md.serializedValueSize() > 0) {
+            w.bytes += md.serializedValueSize();
+        }
+        w.acksChanged = true;
     }
 
     /** @return the sequence of this instance's stamp in the headers, or -1 */

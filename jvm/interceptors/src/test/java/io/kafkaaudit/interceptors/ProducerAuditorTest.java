@@ -198,6 +198,26 @@ class ProducerAuditorTest {
     }
 
     @Test
+    void clientsBefore40WithoutHeadersAreCountedByTimestampAndOldestWaitingWindow() {
+        ProducerAuditor a = auditor(Map.of());
+        a.onSend("t", 10 * W + 1);
+        a.onSend("t", 10 * W + 2);
+        a.onSend("t", 11 * W + 1);
+        a.onAcknowledgementWithoutStamp(ok("t", 0, 5, 11 * W + 1), null); // by its timestamp
+        a.onAcknowledgementWithoutStamp(failed("t"), new TimeoutException("expired")); // the oldest waiting window
+        a.onAcknowledgementWithoutStamp(ok("t", 1, 6, 10 * W + 2), null);
+        a.onAcknowledgementWithoutStamp(ok("u", 1, 6, 10 * W + 2), null); // a topic never sent to
+        assertEquals(1, metrics.getUnattributedAcknowledgements());
+        now.set(12 * W + 10_000);
+        a.tick(false);
+        assertEquals(2, sink.finals().size());
+        for (GenericRecord f : sink.finals()) {
+            long sent = (Long) f.get("sent");
+            assertEquals(sent, (Long) f.get("acknowledged") + (Long) f.get("failed"));
+        }
+    }
+
+    @Test
     void closeAllSendsFinalsForEveryWindow() {
         ProducerAuditor a = auditor(Map.of());
         a.onSend("t", 10 * W + 1);
