@@ -36,7 +36,9 @@ ACCOUNTED_CHECK_MS = 250
 whether it is accounted for, ms: a healthy cluster's delivery reports come within milliseconds."""
 
 
-def is_accounted(w: list[Any], now: int, end: int, errors_only: bool, in_flight_bytes: int | None) -> bool:
+def is_accounted(
+    w: list[Any], now: int, end: int, errors_only: bool, in_flight_bytes: int | None, closing: bool = False
+) -> bool:
     """Return True if window ``w`` is accounted for at ``now`` (see the module docstring).
 
     Args:
@@ -46,8 +48,15 @@ def is_accounted(w: list[Any], now: int, end: int, errors_only: bool, in_flight_
         errors_only: Whether librdkafka reports failed deliveries only (``delivery_reports="errors"``).
         in_flight_bytes: The window's bytes not yet acknowledged by TCP, as its snapshot reports them
             (None: the connections are not watched), read after the tick's drain check.
+        closing: The producer is closing (``close()``): it stamps no message after these, so a window
+            that has not ended yet is complete too.
     """
-    return not errors_only and now >= end and w[ACKED] + w[FAILED] >= w[SENT] and in_flight_bytes == 0
+    return (
+        not errors_only
+        and (closing or now >= end)
+        and w[ACKED] + w[FAILED] >= w[SENT]
+        and in_flight_bytes == 0
+    )
 
 
 def next_tick_ms(

@@ -130,9 +130,8 @@ class SnapshotEmitter:
                     view = drain.view()
                 settled = drain.drained((topic, start), w, now, *view)
             closing = close_all or (now >= end + self.grace_ms and settled)
-            accounted = int(
-                is_accounted(w, now, end, self.errors_only, drain.in_flight_bytes((topic, start)))
-            )
+            in_flight = drain.in_flight_bytes((topic, start))
+            accounted = int(is_accounted(w, now, end, self.errors_only, in_flight, close_all))
             if accounted != w[ACCOUNTED]:  # a snapshot says so now (audit_producer.accounting)
                 w[ACCOUNTED], w[DIRTY] = accounted, 1
             if not (w[DIRTY] or closing):
