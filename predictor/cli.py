@@ -19,7 +19,7 @@ from rich.table import Table
 from kafka_plumbing.errors import KafkaAuditError
 from predictor import SHARED_DATA as SHARED_CSV
 from predictor.settings import ENV_PREFIX as RETRAIN_ENV_PREFIX
-from predictor.settings import RetrainSettings
+from predictor.settings import RetrainSettings, load_retrain_settings
 
 if TYPE_CHECKING:
     from pydantic.fields import FieldInfo
@@ -292,30 +292,76 @@ def evaluate_cmd(
             "heldout | train | all: that part of the settings-hash split for every file."
         ),
     ] = "auto",
+    registry: Annotated[
+        Path | None,
+        typer.Option(
+            "--registry",
+            help="Model registry: evaluate its champion (unless --model) and list every version with the "
+            "counterfactual score its promotion decision recorded.",
+        ),
+    ] = None,
+    from_results: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-results",
+            help="Training store (the job's training_dir): also compute the model's leave-one-configuration-"
+            "out score on it (one retraining per held-out configuration).",
+        ),
+    ] = None,
+    loco_folds: Annotated[
+        int, typer.Option("--loco-folds", min=1, help="Configurations held out with --from-results.")
+    ] = 3,
     as_json: AsJson = False,
 ) -> None:
-    """MAE of P_l and P_d, 90% interval coverage, per experiment family.
+    """MAE of P_l and P_d, 90% interval coverage, per experiment family; counterfactual scores.
 
     Acceptance: `kafka-audit predictor evaluate --json` evaluates the shipped model on the held-back 20% of
     the paper's measurements (package data, predictor/base_data/wu2020/experiments.csv; MAE P_l < 0.02,
     coverage >= 0.85), from any working directory; spelled out from the repository root: `kafka-audit
     predictor evaluate --data predictor/base_data/wu2020/experiments.csv --split heldout --json`.
     """
+    import os
+
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as retrain: --from-results retrains
+    from predictor.counterfactual import loco_score
+    from predictor.decision_tables import loco_table, registry_rows, registry_table
     from predictor.evaluate import evaluate_model
     from predictor.model import Predictor
+    from predictor.registry import ModelRegistry
+    from predictor.training_store import open_store
 
     if split not in ("auto", "heldout", "train", "all"):
         raise _fail(KafkaAuditError(f"--split {split!r}: allowed values are auto, heldout, train, all"))
     try:
-        model = Predictor.load(model_dir)
+        reg = None
+        if registry is not None:
+            if not registry.is_dir():
+                raise KafkaAuditError(f"--registry {registry}: not a directory")
+            reg = ModelRegistry(registry)
+        where = model_dir if model_dir is not None or reg is None else reg.champion_dir()
+        model = Predictor.load(where)
         result = evaluate_model(model, _data(data), split)  # type: ignore[arg-type]
+        if reg is not None:
+            result["registry"] = registry_rows(reg)
+        if from_results is not None:
+            local = open_store(from_results).load()
+            settings = load_retrain_settings(loco_folds=loco_folds)
+            result["loco"] = loco_score(model, local, _data(data), settings).to_json()
     except KafkaAuditError as exc:
         raise _fail(exc) from exc
-    result["model"] = str(model_dir) if model_dir else "default"
+    result["model"] = str(where) if where else "default"
     if as_json:
         console.print_json(json.dumps(result))
         return
     console.print(_metrics_table(f"{result['model']} model on {result['split']}", result))
+    if "registry" in result:
+        console.print(registry_table(result["registry"], f"model registry {registry}"))
+    if "loco" in result:
+        loco = result["loco"]
+        title = f"leave-one-configuration-out on {from_results}: {len(loco['folds'])} of "
+        console.print(loco_table(loco, title + f"{loco['n_configurations']} configurations held out"))
+        if not loco["folds"]:
+            console.print("fewer than two producer configurations in the store: no counterfactual score")
 
 
 @predictor_app.command("predict")
@@ -418,52 +464,6 @@ def suggest_cmd(
     console.print(("[green]" if result.meets_target else "[yellow]") + result.explanation)
 
 
-def _decision_table(decision: Any, card: Mapping[str, Any]) -> Table:
-    """Return a table of the decision's numbers beside its criteria (``decision``: a promotion.Decision)."""
-    n = decision.numbers
-    champion = card.get("metrics", {}).get("champion", {})
-    verdict = "[green]promoted[/]" if decision.promoted else "[yellow]rejected[/]"
-    table = Table(
-        title=f"challenger {decision.challenger_version} vs champion {decision.champion_version}: {verdict}"
-    )
-    for col in ("metric", "champion", "challenger", "criterion", "met"):
-        table.add_column(col, justify="left" if col in ("metric", "criterion") else "right")
-    failed = {r[:3] for r in decision.reasons}
-    cover_champion = champion.get("local_test", {}).get("coverage_90_p_loss")
-    rows = (
-        (
-            f"MAE P_l, local test ({n['n_local_test']} newest windows)",
-            f"{n['mae_local_champion']:.4f}",
-            f"{n['mae_local_challenger']:.4f}",
-            f"(a) < champion - {n['margin']:g}"
-            + (
-                ""
-                if "mae_local_baseline" not in n
-                else f"; < constant ({n['mae_local_baseline']:.4f}) - {n['margin']:g}"
-                + ("" if "calibrated_mae" not in n else f" or <= {n['calibrated_mae']:g}")
-            ),
-            "(a)",
-        ),
-        (
-            "MAE P_l, paper held-back split",
-            f"{n['mae_paper_champion']:.4f}",
-            f"{n['mae_paper_challenger']:.4f}",
-            f"(b) <= champion + {n['tolerance']:g}",
-            "(b)",
-        ),
-        (
-            "90% interval coverage, local test",
-            "-" if cover_champion is None else f"{cover_champion:.1%}",
-            f"{n['coverage_local_challenger']:.1%}",
-            "(c) 80%-97%",
-            "(c)",
-        ),
-    )
-    for metric, old, new, criterion, tag in rows:
-        table.add_row(metric, old, new, criterion, "[red]no[/]" if tag in failed else "[green]yes[/]")
-    return table
-
-
 @predictor_app.command("retrain")
 @with_options(RETRAIN_OPTIONS, into="given")
 def retrain_cmd(
@@ -520,7 +520,6 @@ def retrain_cmd(
     from predictor.model import Predictor
     from predictor.promotion import challenge, run_retraining
     from predictor.registry import ModelRegistry, model_version
-    from predictor.settings import load_retrain_settings
     from predictor.training_store import open_store
 
     paths = _data(data)
@@ -564,7 +563,9 @@ def retrain_cmd(
             )
         )
         return
-    console.print(_decision_table(decision, card))
+    from predictor.decision_tables import decision_table
+
+    console.print(decision_table(decision, card))
     for reason in decision.reasons:
         console.print(f"  {reason}")
     rows = ", ".join(f"{k} {v}" for k, v in decision.rows_by_source.items())

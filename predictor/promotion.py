@@ -1,7 +1,7 @@
 """Champion / challenger: retrain, compare on the same held-back windows, promote only a better model.
 
 A challenger (:func:`predictor.retrain.retrain`, warm-started from the champion) replaces the champion
-only if all three hold (:func:`decide`):
+only if all five hold (:func:`decide`):
 
 (a) its MAE of P_l on the held-back recent local windows (the newest 20% of the training store, never
     trained or calibrated on) is below the champion's on the same windows by more than ``margin``
@@ -24,7 +24,19 @@ only if all three hold (:func:`decide`):
 (c) its 90% interval covers between 80% and 97% of the held-back local windows, judged with the 95%
     Wilson interval of the measured share (:func:`wilson_interval`): on a handful of windows, 100% is
     consistent with a calibrated 90% interval, so (c) fails only when that interval lies wholly outside
-    80%-97%.
+    80%-97%;
+(d) its counterfactual score, the leave-one-configuration-out MAE(P_l) (:mod:`predictor.counterfactual`:
+    a fold retrained as the challenger is, without one configuration's windows, scored on them; mean over
+    the ``loco_folds`` most frequent configurations), is not worse than the champion's on the same
+    windows by more than ``loco_tolerance`` (default 0.01). Not applied (and said so) while the store
+    holds fewer than two configurations. The newest windows ran the configurations the challenger
+    trained on, so (a) never measured how it predicts the others (issue 39);
+(e) it has the properties of :mod:`predictor.properties` (P_d 0 for acks 0, intervals containing the
+    point, P_l non-increasing in ``message.timeout.ms``) on the seeded grid of
+    :func:`predictor.properties.check_properties`; as the shipped model itself rises with the timeout in
+    places, the monotonicity property rejects only a new or larger (by more than 0.01) rise than the
+    champion's on the same inputs (:func:`predictor.properties.rejecting_violations`). A rejection names
+    the property and a counterexample.
 
 A promoted challenger is served with its interval recalibrated on the calibration and test windows
 together (:func:`predictor.conformal.recalibrate`); the decision's numbers stay those of the interval it
@@ -48,10 +60,17 @@ from typing import Any
 import pandas as pd
 
 from predictor.conformal import recalibrate
+from predictor.counterfactual import LocoScore, loco_score
 from predictor.model import Predictor
+from predictor.properties import (
+    PropertyViolation,
+    check_properties,
+    rejecting_violations,
+    trained_ranges,
+)
 from predictor.registry import ModelRegistry, model_version
 from predictor.retrain import DEFAULT_SETTINGS, RetrainResult, baseline_mae, evaluate, retrain
-from predictor.settings import CALIBRATED_MAE, MARGIN, TOLERANCE, RetrainSettings
+from predictor.settings import CALIBRATED_MAE, LOCO_TOLERANCE, MARGIN, TOLERANCE, RetrainSettings
 from predictor.training_store import open_store
 
 log = logging.getLogger(__name__)
@@ -101,7 +120,9 @@ class Decision:
             ``mae_paper_challenger`` (MAE of P_l, fractions), ``coverage_local_challenger`` (share of
             the local test windows inside the 90% interval), ``n_local_test`` (windows), ``margin``,
             ``tolerance`` (fractions), and ``mae_local_baseline`` and ``calibrated_mae`` when the
-            constant was checked.
+            constant was checked; with criterion (d) ``loco_mae_p_loss_champion`` /
+            ``_challenger``, ``loco_mae_p_dup_*``, ``loco_folds``, ``loco_configurations`` and
+            ``loco_tolerance``; ``property_violations`` (count, criterion (e)).
         rows_by_source: The challenger's training rows per source (CSV file name or ``local``).
     """
 
@@ -149,6 +170,9 @@ def decide(
     paper_mae_max: float | None = PAPER_MAE_MAX,
     mae_local_baseline: float | None = None,
     calibrated_mae: float = CALIBRATED_MAE,
+    loco: Mapping[str, float] | None = None,
+    loco_tolerance: float = LOCO_TOLERANCE,
+    property_violations: Sequence[PropertyViolation] = (),
     challenger_version: str = "",
     champion_version: str = "",
     rows_by_source: Mapping[str, int] | None = None,
@@ -170,6 +194,11 @@ def decide(
             (:func:`predictor.retrain.baseline_mae`); the challenger must beat it by ``margin`` too,
             unless its own local MAE is at most ``calibrated_mae`` (None: not checked).
         calibrated_mae: Criterion (a), fraction.
+        loco: Criterion (d): :meth:`predictor.counterfactual.LocoScore.numbers` (None or empty: not
+            applied, fewer than two configurations seen).
+        loco_tolerance: Criterion (d), fraction.
+        property_violations: Criterion (e): the challenger's violations that reject it
+            (:func:`predictor.properties.rejecting_violations`).
         challenger_version: For the record.
         champion_version: For the record.
         rows_by_source: For the record.
@@ -210,6 +239,17 @@ def decide(
             f"(c) 90% interval covers {cover:.1%} of {n_test} local test windows (95% Wilson interval "
             f"{cover_lo:.0%}-{cover_hi:.0%}), outside {lo:.0%}-{hi:.0%}"
         )
+    loco = dict(loco or {})
+    if loco:
+        loco_champion, loco_challenger = loco["loco_mae_p_loss_champion"], loco["loco_mae_p_loss_challenger"]
+        if loco_challenger > loco_champion + loco_tolerance:
+            reasons.append(
+                f"(d) counterfactual MAE(P_l) {loco_challenger:.4f} (leave-one-configuration-out, "
+                f"{int(loco['loco_folds'])} of {int(loco['loco_configurations'])} configurations) is worse "
+                f"than the champion's {loco_champion:.4f} by more than {loco_tolerance:g}"
+            )
+        loco["loco_tolerance"] = loco_tolerance
+    reasons.extend(v.reason() for v in property_violations)
     return Decision(
         decided_at_ms=int(time.time() * 1000) if now_ms is None else int(now_ms),
         challenger_version=challenger_version,
@@ -232,6 +272,8 @@ def decide(
                 if mae_local_baseline is None
                 else {"mae_local_baseline": mae_local_baseline, "calibrated_mae": calibrated_mae}
             ),
+            **loco,
+            "property_violations": len(property_violations),
         },
         rows_by_source=dict(rows_by_source or {}),
     )
@@ -248,10 +290,14 @@ def challenge(
 ) -> tuple[RetrainResult, Decision]:
     """Retrain a challenger from ``champion`` on ``local`` (store rows) + ``base_paths`` and decide.
 
-    Both models are evaluated on the same local test split and paper held-back split. The challenger's
-    card gets ``version``, the champion's numbers (``metrics.champion``) and the ``decision``; a promoted
-    challenger's interval is then recalibrated on the calibration and test windows
-    (:func:`predictor.conformal.recalibrate`; the decision's numbers are those of the interval it judged).
+    Both models are evaluated on the same local test split and paper held-back split, and scored
+    leave-one-configuration-out on the same windows (criterion (d),
+    :func:`predictor.counterfactual.loco_score`, ``settings.loco_folds`` folds); the challenger's
+    properties are checked (criterion (e), :func:`predictor.properties.check_properties`). The
+    challenger's card gets ``version``, the champion's numbers (``metrics.champion``), ``metrics.loco``,
+    ``metrics.properties`` and the ``decision``; a promoted challenger's interval is then recalibrated
+    on the calibration and test windows (:func:`predictor.conformal.recalibrate`; the decision's numbers
+    are those of the interval it judged).
 
     Args:
         champion: The serving model (the challenger starts from it).
@@ -266,6 +312,11 @@ def challenge(
     """
     result = retrain(champion, local, base_paths, settings)
     champion_metrics = evaluate(champion, result.split.test, result.paper_heldout)
+    loco: LocoScore = loco_score(champion, local, base_paths, settings)
+    ranges = trained_ranges(result.model)
+    checked = check_properties(result.model, ranges=ranges)
+    champion_checked = check_properties(champion, ranges=ranges)
+    violations = rejecting_violations(checked, champion_checked)
     decision = decide(
         champion_metrics,
         result.model.card["metrics"],
@@ -273,6 +324,9 @@ def challenge(
         tolerance=settings.tolerance,
         mae_local_baseline=baseline_mae(result.split),
         calibrated_mae=settings.calibrated_mae,
+        loco=loco.numbers(),
+        loco_tolerance=settings.loco_tolerance,
+        property_violations=violations,
         challenger_version=challenger_version,
         champion_version=champion_version,
         rows_by_source=result.rows_by_source,
@@ -283,6 +337,13 @@ def challenge(
         "version": champion_version,
         **{k: {n: v for n, v in m.items() if n != "families"} for k, m in champion_metrics.items()},
     }
+    card["metrics"]["loco"] = loco.to_json()
+    card["metrics"]["properties"] = {
+        "check": "seeded grid (predictor.properties.check_properties)",
+        "challenger": checked.to_json(),
+        "champion": champion_checked.to_json(),
+        "rejecting": [v.to_json() for v in violations],
+    }
     card["decision"] = decision.to_json()
     if decision.promoted:
         recalibrate(result.model, pd.concat([result.split.calibration, result.split.test], ignore_index=True))
@@ -292,8 +353,13 @@ def challenge(
 def log_decision(decision: Decision) -> None:
     """One log line (INFO) with the decision and its numbers."""
     n = decision.numbers
+    loco = (
+        f", counterfactual MAE {n['loco_mae_p_loss_challenger']:.4f} vs {n['loco_mae_p_loss_champion']:.4f}"
+        if "loco_mae_p_loss_challenger" in n
+        else ""
+    )
     log.info(
-        "model %s %s over %s: local MAE %.4f vs %.4f, paper MAE %.4f vs %.4f, coverage %.1f%% of %d; %s",
+        "model %s %s over %s: local MAE %.4f vs %.4f, paper MAE %.4f vs %.4f, coverage %.1f%% of %d%s; %s",
         decision.challenger_version,
         "promoted" if decision.promoted else "rejected",
         decision.champion_version,
@@ -303,6 +369,7 @@ def log_decision(decision: Decision) -> None:
         n["mae_paper_champion"],
         100 * n["coverage_local_challenger"],
         n["n_local_test"],
+        loco,
         "; ".join(decision.reasons),
     )
 

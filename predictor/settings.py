@@ -43,6 +43,13 @@ MARGIN = 0.002
 """Criterion (a): MAE(P_l) improvement on the local test split the challenger must exceed, fraction."""
 TOLERANCE = 0.003
 """Criterion (b): how much worse than the champion's the paper held-back MAE(P_l) may get, fraction."""
+LOCO_FOLDS = 3
+"""Criterion (d): configurations held out, the most frequent first (each is one more retraining; 3 = the
+testbed's three streams)."""
+LOCO_TOLERANCE = 0.01
+"""Criterion (d): how much worse than the champion's the leave-one-configuration-out MAE(P_l) may be,
+fraction (about the window-to-window spread of R_l between windows of equal settings: smaller
+differences are within what a fold retrained on a few configurations varies by)."""
 CALIBRATED_MAE = 0.05
 """Criterion (a): a local test MAE(P_l) at or below which the challenger need not beat the constant, fraction
 (the live job's default ``calibration_max_mae``, ``KAFKA_AUDIT_SPARK_CALIBRATION_MAX_MAE``)."""
@@ -94,6 +101,19 @@ class RetrainSettings(BaseModel):
         ge=0.0,
         description="(a): a local MAE(P_l) at most this need not beat the constant (fraction; the live job "
         "passes its calibration_max_mae).",
+    )
+
+    loco_folds: int = Field(
+        LOCO_FOLDS,
+        ge=0,
+        description="(d): producer configurations held out for the counterfactual score, most frequent "
+        "first (each one more retraining; 0: no counterfactual score).",
+    )
+    loco_tolerance: float = Field(
+        LOCO_TOLERANCE,
+        ge=0.0,
+        description="(d): leave-one-configuration-out MAE(P_l) may be worse than the champion's by at "
+        "most this (fraction).",
     )
 
     def command_line(self) -> list[str]:

@@ -6,7 +6,9 @@ Measures, in one run on this machine:
   the paper's ``experiments.csv`` plus 1,000 and 10,000 synthetic local windows
   (``testbed.synthetic``), with torch threads 2 (target: <= 60 s for 10,000 windows) and 1;
 * the whole background job (``predictor.promotion.run_retraining``: read the training store of 10,000
-  windows in 1,000 micro-batch files, retrain, evaluate the champion, save, record) with 2 threads;
+  windows in 1,000 micro-batch files, retrain, evaluate the champion, save, record) with 2 threads,
+  without the counterfactual score (``loco_folds=0``, the job before issue 39) and with it (the default
+  3 folds: three more retrainings) plus the property check;
 * baseline: a full training from scratch of the shipped model's spec on the paper's data
   (``kafka-audit predictor train``), 2 threads;
 * prediction latency per window as the job predicts it: ``Predictor.predict(one_row, invalid="nan")``,
@@ -48,7 +50,7 @@ def _retrain_seconds(n: int, threads: int) -> tuple[float, dict]:
     return time.perf_counter() - started, result.model.card["metrics"]
 
 
-def _job_seconds(n: int, threads: int) -> tuple[float, float]:
+def _job_seconds(n: int, threads: int, loco_folds: int) -> tuple[float, float]:
     from testbed.synthetic import deployment_windows
 
     from predictor import SHARED_DATA
@@ -67,7 +69,10 @@ def _job_seconds(n: int, threads: int) -> tuple[float, float]:
         load_s = time.perf_counter() - started
         started = time.perf_counter()
         run_retraining(
-            ModelRegistry(Path(tmp) / "models"), store.root, [SHARED_DATA], RetrainSettings(threads=threads)
+            ModelRegistry(Path(tmp) / "models"),
+            store.root,
+            [SHARED_DATA],
+            RetrainSettings(threads=threads, loco_folds=loco_folds),
         )
         return time.perf_counter() - started, load_s
 
@@ -140,16 +145,17 @@ def main() -> None:
             f"{m['local_test']['coverage_90_p_loss']:.1%}",
             f"{m['paper_heldout']['mae_p_loss']:.4f}",
         )
-    job, load = _job_seconds(10_000, 2)
-    table.add_row(
-        f"run_retraining, 10,000 windows in 1,000 files (store read {load:.1f} s)",
-        "2",
-        f"{job:.1f}",
-        "-" if full is None else f"{job / full:.2f}",
-        "",
-        "",
-        "",
-    )
+    for folds in (0, 3):
+        job, load = _job_seconds(10_000, 2, folds)
+        table.add_row(
+            f"run_retraining, 10,000 windows in 1,000 files (store read {load:.1f} s), {folds} LOCO folds",
+            "2",
+            f"{job:.1f}",
+            "-" if full is None else f"{job / full:.2f}",
+            "",
+            "",
+            "",
+        )
     console.print(table)
 
     lat = Table(title="prediction latency per window (Predictor.predict, invalid='nan')")
