@@ -22,12 +22,14 @@ from pathlib import Path
 
 import pytest
 
+from audit_consumer import counts
 from audit_consumer.ground_truth import verify_topic
+from audit_consumer.state_codec import decode_state
 from audit_record import PRODUCER_TIER, codec
 from audit_record.record import AuditRecord, PartitionDelivery, ProducerIdentity, consumer_tier
 from kafka_plumbing.interceptor_jar import CONSUMER_INTERCEPTOR, PRODUCER_INTERCEPTOR, interceptor_jar
 from kafka_plumbing.jvm import classpath, jars_dir, java_executable
-from kafka_plumbing.topics import ensure_topic
+from kafka_plumbing.topics import STATE_TOPIC_CONFIG, ensure_topic, read_to_end
 from spark_streaming.job import ReconciliationJob
 from spark_streaming.results import final_results, read_results
 from spark_streaming.settings import SparkJobSettings
@@ -69,8 +71,13 @@ def _perf_producer(bootstrap: str, topic: str, n: int, audit_topic: str) -> None
     assert produced.returncode == 0, produced.stderr[-3000:]
 
 
-def _perf_consumer(bootstrap: str, topic: str, n: int, group: str, props: Path) -> None:
-    """kafka-consumer-perf-test: ``n`` records in consumer group ``group``, settings file ``props``."""
+def _perf_consumer(
+    bootstrap: str, topic: str, n: int, group: str, props: Path, timeout_ms: int = 60_000
+) -> None:
+    """kafka-consumer-perf-test: up to ``n`` records in group ``group`` (settings file ``props``).
+
+    It stops after ``n`` records or ``timeout_ms`` without any.
+    """
     consumed = _java(
         "org.apache.kafka.tools.ConsumerPerformance",
         "--bootstrap-server", bootstrap,
@@ -78,7 +85,7 @@ def _perf_consumer(bootstrap: str, topic: str, n: int, group: str, props: Path) 
         "--num-records", str(n),
         "--group", group,
         "--command-config", str(props),
-        "--timeout", "60000",
+        "--timeout", str(timeout_ms),
     )  # fmt: skip
     assert consumed.returncode == 0, consumed.stderr[-3000:]
 
@@ -92,13 +99,23 @@ def test_perf_tools_audited_by_configuration_alone(
     audit = [f"kafka.audit.topic={audit_topic}", f"kafka.audit.window.ms={WINDOW_MS}"]
     _perf_producer(bootstrap, topic, N, audit_topic)
     group = unique_name(request, ".group")
+    state_topic = unique_name(request, ".state")
+    ensure_topic(kconfig, state_topic, 3, topic_config=STATE_TOPIC_CONFIG)
     props = tmp_path / "consumer.properties"
     props.write_text(
         "\n".join(
-            [f"interceptor.classes={CONSUMER_INTERCEPTOR}", f"kafka.audit.dlq.topic={dlq_topic}", *audit]
+            [
+                f"interceptor.classes={CONSUMER_INTERCEPTOR}",
+                f"kafka.audit.dlq.topic={dlq_topic}",
+                f"kafka.audit.state.topic={state_topic}",
+                *audit,
+            ]
         )
     )
-    _perf_consumer(bootstrap, topic, N, group, props)
+    # The group reads the topic in two runs, as an application restarted halfway: the second member reads
+    # the first one's state back and continues its counts.
+    _perf_consumer(bootstrap, topic, N // 2, group, props)
+    _perf_consumer(bootstrap, topic, N, group, props, timeout_ms=8_000)
 
     truth = verify_topic(kconfig, topic, WINDOW_MS, audit_topic=audit_topic, timeout_s=120)
     assert truth.messages == N and truth.malformed_stamps == 0
@@ -137,6 +154,14 @@ def test_perf_tools_audited_by_configuration_alone(
         by_window[s.window_start_ms] += s.unique
         assert s.read_offsets and s.read_offsets[0].partition == s.partition
     assert dict(by_window) == {r.window_start_ms: r.unique for r in rows}
+    states = {
+        m.key(): decode_state(m.value(), WINDOW_MS, 30_000)
+        for m in read_to_end(kconfig, state_topic, group_id=unique_name(request, ".reader"))
+    }
+    assert states, "the consumer tier's state, in AuditedConsumer's format"
+    newest = [states[k] for k in states if k.startswith(consumer_tier(group).encode())]
+    assert sorted(st.partition for st in newest) == [0, 1, 2]
+    assert sum(b[counts.RECEIVED] for st in newest for b in (*st.open.values(), *st.closed.values())) == N
 
 
 @pytest.mark.slow

@@ -71,7 +71,8 @@ public class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor<K, V>
                 w.close(timeout);
             }
         };
-        auditor = new ConsumerAuditor(settings, group, sink, System::currentTimeMillis, metrics);
+        StateTopicReader reader = new StateTopicReader(configs, settings, clientId + ".kafka-audit-state", Duration.ofSeconds(30));
+        auditor = new ConsumerAuditor(settings, group, sink, reader::read, System::currentTimeMillis, metrics);
         metrics.register("AuditConsumerInterceptor", clientId);
         timer = Executors.newSingleThreadScheduledExecutor(r -> {
             Thread t = new Thread(r, "kafka-audit-consumer-" + clientId);

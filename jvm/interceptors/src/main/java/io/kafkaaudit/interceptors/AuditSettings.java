@@ -12,6 +12,7 @@ import org.apache.kafka.common.config.ConfigException;
  *   <caption>Settings</caption>
  *   <tr><th>key</th><th>default</th><th>meaning</th></tr>
  *   <tr><td>kafka.audit.topic</td><td>__kafka_audit</td><td>the audit topic the snapshots go to</td></tr>
+ *   <tr><td>kafka.audit.state.topic</td><td>__kafka_audit_state</td><td>consumer: the per-partition state (compacted), shared with AuditedConsumer</td></tr>
  *   <tr><td>kafka.audit.dlq.topic</td><td>__kafka_audit_dlq</td><td>dead letters (consumer: malformed stamps)</td></tr>
  *   <tr><td>kafka.audit.window.ms</td><td>60000</td><td>window length, ms (equal to every other tier's)</td></tr>
  *   <tr><td>kafka.audit.snapshot.interval.ms</td><td>5000 (producer), 1000 (consumer)</td><td>cumulative snapshots of changed windows at least this often</td></tr>
@@ -27,6 +28,7 @@ import org.apache.kafka.common.config.ConfigException;
  *
  * @param auditTopic the audit topic
  * @param dlqTopic the dead-letter topic
+ * @param stateTopic the consumer tier's state topic
  * @param windowMs window length, ms
  * @param snapshotIntervalMs snapshot interval, ms
  * @param graceMs grace after a window's end, ms
@@ -39,6 +41,7 @@ import org.apache.kafka.common.config.ConfigException;
 public record AuditSettings(
         String auditTopic,
         String dlqTopic,
+        String stateTopic,
         long windowMs,
         long snapshotIntervalMs,
         long graceMs,
@@ -56,6 +59,8 @@ public record AuditSettings(
     public static final String DEFAULT_AUDIT_TOPIC = "__kafka_audit";
     /** Default dead-letter topic ({@code audit_record.dead_letter.DEFAULT_DLQ_TOPIC}). */
     public static final String DEFAULT_DLQ_TOPIC = "__kafka_audit_dlq";
+    /** Default state topic ({@code audit_consumer.settings.DEFAULT_STATE_TOPIC}). */
+    public static final String DEFAULT_STATE_TOPIC = "__kafka_audit_state";
     /** Default window, ms ({@code audit_record.windows.DEFAULT_WINDOW_MS}). */
     public static final long DEFAULT_WINDOW_MS = 60_000;
     /** Default delivery margin, ms ({@code audit_record.finality.DEFAULT_DELIVERY_MARGIN_MS}). */
@@ -80,6 +85,7 @@ public record AuditSettings(
         return new AuditSettings(
                 text(configs, "topic", DEFAULT_AUDIT_TOPIC),
                 text(configs, "dlq.topic", DEFAULT_DLQ_TOPIC),
+                text(configs, "state.topic", DEFAULT_STATE_TOPIC),
                 number(configs, "window.ms", DEFAULT_WINDOW_MS, 1, Long.MAX_VALUE / 4),
                 number(configs, "snapshot.interval.ms", defaultSnapshotIntervalMs, 1, Long.MAX_VALUE / 4),
                 number(configs, "grace.ms", defaultGraceMs, 0, Long.MAX_VALUE / 4),

@@ -28,9 +28,17 @@ import org.apache.kafka.common.record.TimestampType;
  * or a record without a timestamp, goes to the dead-letter topic (reason {@code bad_stamp} /
  * {@code no_timestamp}) and is not counted. Snapshots carry {@code read_offsets}: the partition's position.
  *
- * <p>Unlike {@code AuditedConsumer}, the interceptor keeps its state in memory only: a restarted or
- * rebalanced member counts its partitions afresh (the snapshot key has the group as source, so a new
- * member's snapshot of a window replaces the old one's counts for that partition).
+ * <p>State, as {@code AuditedConsumer}'s: each partition's counters and sequence sets go to the compacted state
+ * topic ({@code kafka.audit.state.topic}, key {@code consumer:<group>|topic|partition}, the format of
+ * {@code audit_consumer/state_codec.py}) after its snapshots. A partition this member has not counted before
+ * is read back from there first and merged with what it counted meanwhile (its snapshots wait for that), so
+ * a restarted member or the new owner after a rebalance continues the group's counts: what the group
+ * re-reads after a crash is counted as duplicated, and what was consumed after the last state write (at most
+ * one snapshot interval) counts as a first read. The interceptor sees no rebalance: a partition it stopped
+ * receiving records from is idle, and before an idle partition's window closes on the wall clock the state
+ * topic is read again; if another member wrote a state further on, the partition is forgotten here (its
+ * counts are that member's now). Unlike {@code AuditedConsumer}, snapshots and state are not written in one
+ * transaction, and the offsets are the application's to commit.
  */
 final class ConsumerAuditor {
     /** {@code kafka-audit.dlq.component} of its dead letters. */
@@ -49,6 +57,7 @@ final class ConsumerAuditor {
     private final String tier;
     private final String host = ProducerIdentity.hostName();
     private final ProducerAuditor.Sink sink;
+    private final StateTopicReader.Source stateSource;
     private final LongSupplier clock;
     private final InterceptorMetrics metrics;
     private final AuditRecordSchema schema = AuditRecordSchema.get();
@@ -59,12 +68,13 @@ final class ConsumerAuditor {
     private final byte[] lastRawId = new byte[AuditStamp.ID_BYTES];
     private String lastIdText;
 
-    ConsumerAuditor(AuditSettings settings, String group, ProducerAuditor.Sink sink, LongSupplier clock,
-            InterceptorMetrics metrics) {
+    ConsumerAuditor(AuditSettings settings, String group, ProducerAuditor.Sink sink, StateTopicReader.Source stateSource,
+            LongSupplier clock, InterceptorMetrics metrics) {
         this.settings = settings;
         this.group = group;
         this.tier = "consumer:" + group;
         this.sink = sink;
+        this.stateSource = stateSource;
         this.clock = clock;
         this.metrics = metrics;
     }
@@ -198,18 +208,54 @@ final class ConsumerAuditor {
      */
     int flush() {
         long now = clock.getAsLong();
-        List<GenericRecord> records = new ArrayList<>();
-        List<ConsumerPartition.Bucket> buckets = new ArrayList<>();
-        List<DeadLetter> dead;
+        Map<String, ConsumerPartition> toRead = new HashMap<>();
         synchronized (lock) {
             for (ConsumerPartition st : parts.values()) {
                 boolean idle = now - st.lastRecordAtMs >= IDLE_MS;
-                List<ConsumerPartition.Key> closedNow = st.advance(idle ? now : null, LATE_RETENTION_MS);
+                if (!st.stateLoaded || (idle && st.wouldClose(now))) {
+                    toRead.put(stateKey(st), st);
+                }
+            }
+        }
+        Map<String, byte[]> states = null;
+        if (!toRead.isEmpty()) {
+            try {
+                states = stateSource.read(toRead.keySet());
+            } catch (Exception e) {
+                metrics.stateReadFailures.incrementAndGet();
+                metrics.internalError("reading the state topic " + settings.stateTopic(), e);
+            }
+        }
+        List<GenericRecord> records = new ArrayList<>();
+        List<ConsumerPartition.Bucket> buckets = new ArrayList<>();
+        List<ConsumerPartition> stateOf = new ArrayList<>();
+        List<byte[]> stateValues = new ArrayList<>();
+        List<DeadLetter> dead;
+        synchronized (lock) {
+            if (states != null) {
+                apply(toRead, states);
+            }
+            for (ConsumerPartition st : parts.values()) {
+                if (!st.stateLoaded) {
+                    continue; // its snapshots wait until the group's state is merged
+                }
+                boolean idle = now - st.lastRecordAtMs >= IDLE_MS;
+                boolean unchecked = states == null && toRead.containsKey(stateKey(st));
+                List<ConsumerPartition.Key> closedNow = st.advance(idle && !unchecked ? now : null, LATE_RETENTION_MS);
                 while (st.buckets() > settings.maxWindows() && st.dropOldest()) {
                     metrics.windowsDropped.incrementAndGet();
                 }
                 collect(st, st.open, false, closedNow, now, records, buckets);
                 collect(st, st.closed, true, closedNow, now, records, buckets);
+                if (st.stateDirty) {
+                    try {
+                        stateValues.add(ConsumerStateCodec.encode(tier, st));
+                        stateOf.add(st);
+                        st.stateDirty = false;
+                    } catch (RuntimeException e) {
+                        metrics.internalError("encoding the state", e);
+                    }
+                }
             }
             dead = new ArrayList<>(deadLetters);
             deadLetters.clear();
@@ -238,7 +284,54 @@ final class ConsumerAuditor {
                 }
             });
         }
+        for (int i = 0; i < stateOf.size(); i++) {
+            ConsumerPartition st = stateOf.get(i);
+            sink.send(settings.stateTopic(), ConsumerStateCodec.key(tier, st.topic, st.partition), stateValues.get(i), now,
+                    List.of(), ok -> {
+                        if (!ok) {
+                            synchronized (lock) {
+                                st.stateDirty = true;
+                            }
+                        }
+                    });
+        }
         return records.size();
+    }
+
+    /** Merge the states read back; forget a partition another member has counted further. Under the lock. */
+    private void apply(Map<String, ConsumerPartition> read, Map<String, byte[]> states) {
+        for (Map.Entry<String, ConsumerPartition> e : read.entrySet()) {
+            ConsumerPartition st = e.getValue();
+            TopicPartition tp = new TopicPartition(st.topic, st.partition);
+            if (parts.get(tp) != st) {
+                continue;
+            }
+            byte[] v = states.get(e.getKey());
+            ConsumerPartition loaded = null;
+            if (v != null) {
+                try {
+                    loaded = ConsumerStateCodec.decode(v, settings.windowMs(), settings.graceMs());
+                } catch (java.io.IOException | RuntimeException x) {
+                    metrics.internalError("decoding the state of " + tp, x); // counted afresh
+                }
+            }
+            if (!st.stateLoaded) {
+                if (loaded != null) {
+                    st.merge(loaded);
+                } else {
+                    st.stateLoaded = true;
+                }
+            } else if (loaded != null && loaded.nextOffset > st.nextOffset) {
+                parts.remove(tp); // another member owns it now and has counted further
+                if (lastPart == st) {
+                    lastPart = null;
+                }
+            }
+        }
+    }
+
+    private String stateKey(ConsumerPartition st) {
+        return tier + "|" + st.topic + "|" + st.partition;
     }
 
     private void collect(ConsumerPartition st, Map<ConsumerPartition.Key, ConsumerPartition.Bucket> table, boolean closedTable,

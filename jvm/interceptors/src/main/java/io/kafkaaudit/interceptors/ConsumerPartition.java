@@ -68,6 +68,10 @@ final class ConsumerPartition {
     long watermarkMs = -1;
     long closedHorizonMs = -1;
     long lastRecordAtMs;
+    /** Whether the state the group wrote before (a previous member) has been read back and merged. */
+    boolean stateLoaded;
+    /** Whether the counts changed since the state was last written. */
+    boolean stateDirty;
     final Map<Key, Bucket> open = new HashMap<>();
     final Map<Key, Bucket> closed = new HashMap<>();
     private Bucket last;
@@ -114,6 +118,7 @@ final class ConsumerPartition {
                 });
                 c.late++;
                 c.dirty = true;
+                stateDirty = true;
                 return;
             }
             b = open.computeIfAbsent(new Key(start, pid), k -> new Bucket());
@@ -122,6 +127,7 @@ final class ConsumerPartition {
             lastLo = start;
             lastHi = start + windowMs;
         }
+        stateDirty = true;
         b.received++;
         b.bytes += size;
         b.latency.add(latencyMs);
@@ -150,6 +156,7 @@ final class ConsumerPartition {
         }
         long before = firstOpenStart();
         closedHorizonMs = horizon;
+        stateDirty = true; // the new horizon is part of the state
         long firstOpen = firstOpenStart();
         if (firstOpen == before) {
             return out;
@@ -170,6 +177,92 @@ final class ConsumerPartition {
         }
         closed.keySet().removeIf(k -> k.start() + windowMs + lateRetentionMs < horizon);
         return out;
+    }
+
+    /**
+     * Merge the state a previous member of the group wrote (read back from the state topic) into what this
+     * member counted meanwhile, as if one member had read both: counters add up, a sequence in both sets is a
+     * duplicate, what this member read of a window the state had closed is late.
+     */
+    void merge(ConsumerPartition loaded) {
+        nextOffset = Math.max(nextOffset, loaded.nextOffset);
+        watermarkMs = Math.max(watermarkMs, loaded.watermarkMs);
+        for (Map.Entry<Key, Bucket> e : loaded.closed.entrySet()) {
+            Bucket mine = open.remove(e.getKey());
+            Bucket mineClosed = closed.remove(e.getKey());
+            Bucket b = e.getValue();
+            for (Bucket m : new Bucket[] {mine, mineClosed}) {
+                if (m != null) {
+                    b.late += m.late + (m == mine ? m.received : 0);
+                    if (m == mineClosed) {
+                        b.received += m.received;
+                        b.duplicated += m.duplicated;
+                        b.unique += m.unique;
+                        b.bytes += m.bytes;
+                    }
+                }
+            }
+            b.dirty = true;
+            closed.put(e.getKey(), b);
+        }
+        for (Map.Entry<Key, Bucket> e : loaded.open.entrySet()) {
+            Bucket b = e.getValue();
+            Bucket mine = open.get(e.getKey());
+            if (mine == null) {
+                mine = closed.get(e.getKey());
+            }
+            if (mine != null) {
+                b.received += mine.received;
+                b.bytes += mine.bytes;
+                b.late += mine.late;
+                b.duplicated += mine.duplicated;
+                b.latency.merge(mine.latency.counts(), mine.latency.maxMs());
+                if (mine.sequences != null) {
+                    b.duplicated += RoaringBitmap.andCardinality(b.sequences, mine.sequences);
+                    b.sequences.or(mine.sequences);
+                    if (mine.large != null) {
+                        for (org.roaringbitmap.longlong.LongIterator it = mine.large.getLongIterator(); it.hasNext();) {
+                            if (!b.add(it.next())) {
+                                b.duplicated++;
+                            }
+                        }
+                    }
+                } else { // this member had closed it already: its unique count is all that is left
+                    b.unique = b.unique(e.getKey().producerId()) + mine.unique;
+                    b.sequences = null;
+                    b.large = null;
+                }
+            }
+            b.dirty = true;
+            if (b.sequences == null) {
+                open.remove(e.getKey());
+                closed.put(e.getKey(), b);
+            } else {
+                closed.remove(e.getKey());
+                open.put(e.getKey(), b);
+            }
+        }
+        if (loaded.closedHorizonMs > closedHorizonMs) {
+            closedHorizonMs = loaded.closedHorizonMs;
+        }
+        last = null;
+        stateLoaded = true;
+        stateDirty = true;
+    }
+
+    /** @return whether {@link #advance} with the wall clock {@code nowMs} would close a window */
+    boolean wouldClose(long nowMs) {
+        long horizon = Math.max(watermarkMs, nowMs) - graceMs;
+        if (watermarkMs < 0 || horizon <= closedHorizonMs) {
+            return false;
+        }
+        long firstOpen = horizon - Math.floorMod(horizon, windowMs);
+        for (Key k : open.keySet()) {
+            if (k.start() < firstOpen) {
+                return true;
+            }
+        }
+        return false;
     }
 
     /** @return buckets open and closed */

@@ -21,6 +21,7 @@ public final class InterceptorMetrics implements InterceptorMetricsMBean {
     final AtomicLong malformedStamps = new AtomicLong();
     final AtomicLong deadLetters = new AtomicLong();
     final AtomicLong internalErrors = new AtomicLong();
+    final AtomicLong stateReadFailures = new AtomicLong();
     private ObjectName name;
 
     @Override
@@ -51,6 +52,11 @@ public final class InterceptorMetrics implements InterceptorMetricsMBean {
     @Override
     public long getDeadLetters() {
         return deadLetters.get();
+    }
+
+    @Override
+    public long getStateReadFailures() {
+        return stateReadFailures.get();
     }
 
     @Override

@@ -20,6 +20,9 @@ public interface InterceptorMetricsMBean {
     /** @return dead letters written */
     long getDeadLetters();
 
+    /** @return consumer: reads of the state topic that failed (retried at the next flush) */
+    long getStateReadFailures();
+
     /** @return exceptions the interceptor caught in its own code (never thrown into the client) */
     long getInternalErrors();
 }

@@ -42,6 +42,31 @@ public final class LatencyHistogram {
         }
     }
 
+    /** @return the counts per bucket, up to the last non-empty one (state.avsc's {@code histogram}) */
+    public long[] counts() {
+        int last = BUCKETS - 1;
+        while (last >= 0 && counts[last] == 0) {
+            last--;
+        }
+        return java.util.Arrays.copyOf(counts, last + 1);
+    }
+
+    /** @return the largest latency added, ms (0 when empty), as state.avsc's {@code latency_max_ms} */
+    public long maxMs() {
+        return total == 0 ? 0 : Math.max(0, max);
+    }
+
+    /** Add another histogram's counts and maximum (a state read back, {@link #counts()} and {@link #maxMs()}). */
+    public void merge(long[] other, long otherMaxMs) {
+        for (int i = 0; i < other.length && i < BUCKETS; i++) {
+            counts[i] += other[i];
+            total += other[i];
+        }
+        if (total > 0 && otherMaxMs > max) {
+            max = otherMaxMs;
+        }
+    }
+
     /** @return the number of latencies added */
     public long count() {
         return total;

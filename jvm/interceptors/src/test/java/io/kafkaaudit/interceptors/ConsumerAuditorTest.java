@@ -25,8 +25,13 @@ class ConsumerAuditorTest {
     final AtomicLong now = new AtomicLong(10 * W);
     final ProducerAuditorTest.ListSink sink = new ProducerAuditorTest.ListSink();
     final InterceptorMetrics metrics = new InterceptorMetrics();
-    final ConsumerAuditor auditor = new ConsumerAuditor(AuditSettings.from(Map.of(), 1_000, 30_000), "billing", sink,
-            now::get, metrics);
+    final ConsumerAuditor auditor = member();
+
+    /** A member of the group "billing" sharing the audit topic and the state topic with the others. */
+    ConsumerAuditor member() {
+        return new ConsumerAuditor(AuditSettings.from(Map.of(), 1_000, 30_000), "billing", sink,
+                keys -> new java.util.HashMap<>(sink.states), now::get, metrics);
+    }
     long offset;
 
     ConsumerRecord<byte[], byte[]> rec(long ts, Header... headers) {
@@ -39,7 +44,11 @@ class ConsumerAuditorTest {
     }
 
     void consume(List<ConsumerRecord<byte[], byte[]>> records) {
-        auditor.onConsume(new ConsumerRecords<>(Map.of(new TopicPartition("orders", 0), records),
+        consume(auditor, records);
+    }
+
+    void consume(ConsumerAuditor a, List<ConsumerRecord<byte[], byte[]>> records) {
+        a.onConsume(new ConsumerRecords<>(Map.of(new TopicPartition("orders", 0), records),
                 Map.<TopicPartition, OffsetAndMetadata>of()));
     }
 
@@ -89,5 +98,57 @@ class ConsumerAuditorTest {
         assertEquals(1L, late.get("late"));
         assertEquals(1L, late.get("received"));
         assertEquals(true, late.get("final"));
+    }
+
+    @Test
+    void aRestartedMemberContinuesTheGroupsCountsFromTheStateTopic() {
+        long t = 10 * W + 5;
+        consume(List.of(rec(t, v2(1)), rec(t, v2(2)), rec(t, v2(3))));
+        auditor.flush(); // snapshots, then the state
+        offset = 2; // the restarted member re-reads from offset 2: sequence 3 again, then 4
+        ConsumerAuditor restarted = member();
+        consume(restarted, List.of(rec(t, v2(3)), rec(t, v2(4))));
+        sink.records.clear();
+        restarted.flush();
+        GenericRecord r = sink.records.stream().filter(x -> x.get("producer_id") != null).findFirst().orElseThrow();
+        assertEquals(5L, r.get("received"));
+        assertEquals(4L, r.get("unique"));
+        assertEquals(1L, r.get("duplicated"));
+        GenericRecord pos = (GenericRecord) ((List<?>) r.get("read_offsets")).get(0);
+        assertEquals(4L, pos.get("offset"));
+    }
+
+    @Test
+    void aMemberThatLostItsPartitionLeavesItsCountsToTheNewOwner() {
+        long t = 10 * W + 5;
+        consume(List.of(rec(t, v2(1)), rec(t, v2(2))));
+        auditor.flush();
+        ConsumerAuditor owner = member(); // the partition moved: the new owner reads on
+        consume(owner, List.of(rec(t, v2(3))));
+        owner.flush();
+        now.set(11 * W + 40_000); // both idle, the window's end + grace passed on the wall clock
+        sink.records.clear();
+        auditor.flush(); // reads the state: the owner counted further, so it forgets the partition
+        assertTrue(sink.finals().isEmpty(), "no final with the old counts");
+        owner.flush();
+        GenericRecord f = sink.finals().stream().filter(x -> x.get("producer_id") != null).findFirst().orElseThrow();
+        assertEquals(3L, f.get("unique"));
+        assertEquals(3L, f.get("received"));
+    }
+
+    @Test
+    void stateBytesMatchPyroaring() throws Exception {
+        // pyroaring: BitMap64([1, 2, 3, 1000, 2**40 + 5]).serialize().hex()
+        byte[] py = java.util.HexFormat.of().parseHex("0200000000000000000000003a300000010000000000030010000000010002000300"
+                + "e803000100003a3000000100000000000000100000000500");
+        ConsumerPartition.Bucket b = new ConsumerPartition.Bucket();
+        ConsumerStateCodec.readPortable(java.nio.ByteBuffer.wrap(py), b);
+        assertEquals(5, b.unique("~x"));
+        assertTrue(!b.add(1L << 40 | 5) && !b.add(1000) && b.add(4));
+        ConsumerPartition.Bucket c = new ConsumerPartition.Bucket();
+        for (long v : new long[] {1, 2, 3, 1000, (1L << 40) + 5}) {
+            c.add(v);
+        }
+        org.junit.jupiter.api.Assertions.assertArrayEquals(py, ConsumerStateCodec.portable(c.sequences, c.large));
     }
 }

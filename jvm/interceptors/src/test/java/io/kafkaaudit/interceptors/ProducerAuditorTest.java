@@ -29,6 +29,7 @@ class ProducerAuditorTest {
     static final class ListSink implements ProducerAuditor.Sink {
         final List<GenericRecord> records = new ArrayList<>();
         final List<byte[]> deadLetters = new ArrayList<>();
+        final Map<String, byte[]> states = new HashMap<>();
         boolean down;
 
         @Override
@@ -37,6 +38,11 @@ class ProducerAuditorTest {
             if (down) {
                 outcome.done(false);
                 return false;
+            }
+            if (topic.equals(AuditSettings.DEFAULT_STATE_TOPIC)) {
+                states.put(new String(key, java.nio.charset.StandardCharsets.UTF_8), value);
+                outcome.done(true);
+                return true;
             }
             if (topic.equals(AuditSettings.DEFAULT_DLQ_TOPIC)) {
                 deadLetters.add(value);
