@@ -202,6 +202,7 @@ def test_java_tiers_reconcile_exactly_in_the_spark_job(
     props.write_text(
         f"interceptor.classes={CONSUMER_INTERCEPTOR}\nkafka.audit.topic={audit_topic}\n"
         f"kafka.audit.window.ms={WINDOW_MS}\nkafka.audit.dlq.topic={audit_topics['dlq_topic']}\n"
+        f"kafka.audit.state.topic={audit_topics['state_topic']}\n"
     )
     job = ReconciliationJob(settings)
     job.start()
