@@ -507,8 +507,11 @@ def retrain_cmd(
     interval recalibrated on recent local windows. The challenger wins only if (a) its MAE(P_l) on the
     newest 20% of the local windows beats the champion's by --margin, and a constant's (the median
     R_l) by as much unless it is at most 0.05 (calibrated for the deployment), (b) its MAE on the paper's
-    held-back split is within --tolerance of the champion's (and <= 0.02), and (c) its 90% interval
-    covers 80-97% of those windows. Exit 0 whether promoted or rejected.
+    held-back split is within --tolerance of the champion's (and <= 0.02), (c) its 90% interval
+    covers 80-97% of those windows, (d) its counterfactual MAE(P_l) (leave-one-configuration-out over the
+    --loco-folds most frequent producer configurations) is within --loco-tolerance of the champion's, and
+    (e) it keeps the model's properties (P_d 0 for acks 0, intervals containing the point, no new or
+    larger rise of P_l with message.timeout.ms). Exit 0 whether promoted or rejected.
 
     Settings: an option given, else its KAFKA_AUDIT_RETRAIN_* environment variable, else the default.
     """

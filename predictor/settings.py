@@ -50,6 +50,12 @@ LOCO_TOLERANCE = 0.01
 """Criterion (d): how much worse than the champion's the leave-one-configuration-out MAE(P_l) may be,
 fraction (about the window-to-window spread of R_l between windows of equal settings: smaller
 differences are within what a fold retrained on a few configurations varies by)."""
+TIMEOUT_RISE_TOLERANCE = 1.0
+"""Criterion (e): how much larger than the champion's the challenger's largest rise of P_l with
+``message.timeout.ms`` may be, fraction. 1 (a rise cannot exceed 1): reported, never rejecting, while the
+model's configuration response is unconstrained (issue 39 item 2): the shipped model rises by up to 0.026
+and a good challenger from 2,000 synthetic windows (whose truth never rises) by 0.108 on its ranges,
+0.041 for the shipped model there (``predictor/properties.py``)."""
 CALIBRATED_MAE = 0.05
 """Criterion (a): a local test MAE(P_l) at or below which the challenger need not beat the constant, fraction
 (the live job's default ``calibration_max_mae``, ``KAFKA_AUDIT_SPARK_CALIBRATION_MAX_MAE``)."""
@@ -114,6 +120,13 @@ class RetrainSettings(BaseModel):
         ge=0.0,
         description="(d): leave-one-configuration-out MAE(P_l) may be worse than the champion's by at "
         "most this (fraction).",
+    )
+
+    timeout_rise_tolerance: float = Field(
+        TIMEOUT_RISE_TOLERANCE,
+        ge=0.0,
+        description="(e): the challenger's largest rise of P_l with message.timeout.ms may exceed the "
+        "champion's by at most this (fraction; 1: reported, never rejecting).",
     )
 
     def command_line(self) -> list[str]:

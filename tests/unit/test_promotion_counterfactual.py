@@ -138,6 +138,7 @@ def test_a_challenger_better_on_the_newest_windows_but_worse_counterfactually_is
     # the champion predicts the long timeout exactly; the fold that never saw it learnt +0.3 from 500 ms
     assert folds["7000"]["mae_p_loss_challenger"] > folds["7000"]["mae_p_loss_champion"] + 0.02
     assert card["metrics"]["properties"]["rejecting"] == []
+    assert n["timeout_rise_challenger"] >= 0 and n["timeout_rise_tolerance"] == 1.0  # reported
 
 
 def test_cli_evaluate_prints_the_counterfactual_score_and_the_registrys_decisions(tmp_path, monkeypatch):
@@ -169,3 +170,26 @@ def test_cli_evaluate_prints_the_counterfactual_score_and_the_registrys_decision
         assert shown in table.output
     bad = runner.invoke(app, ["predictor", "evaluate", "--registry", str(tmp_path / "none")])
     assert bad.exit_code != 0 and "--registry" in bad.output
+
+
+def test_a_challenger_breaking_a_property_is_rejected_naming_it_and_a_counterexample():
+    from testbed.synthetic import deployment_windows
+
+    from predictor.promotion import challenge
+
+    strict = RetrainSettings(steps=20, threads=1, loco_folds=0, timeout_rise_tolerance=0.0)
+    local = deployment_windows(60, seed=3)
+    result, decision = challenge(
+        default_predictor(), local, [SHARED_DATA], strict, champion_version="shipped", challenger_version="v1"
+    )
+    (reason,) = [r for r in decision.reasons if r.startswith("(e)")]
+    assert reason.startswith("(e) property p_loss_non_increasing_in_message_timeout_ms broken at acks=")
+    assert "message_timeout_ms_longer=" in reason and "the champion's largest rise" in reason
+    assert not decision.promoted and decision.numbers["property_violations"] == 1
+    assert decision.numbers["timeout_rise_challenger"] > decision.numbers["timeout_rise_champion"]
+    (violation,) = result.model.card["metrics"]["properties"]["rejecting"]
+    assert (
+        violation["counterexample"]["message_timeout_ms"]
+        < violation["counterexample"]["message_timeout_ms_longer"]
+    )
+    assert "loco_folds" not in decision.numbers  # 0 folds: no counterfactual score
