@@ -20,7 +20,7 @@ import org.apache.kafka.common.config.ConfigException;
  *   <tr><td>kafka.audit.delivery.margin.ms</td><td>5000</td><td>producer: a window whose messages are not all
  *       acknowledged or failed closes at its end + {@code delivery.timeout.ms} + this margin</td></tr>
  *   <tr><td>kafka.audit.max.windows</td><td>1000</td><td>windows (topic, window[, partition]) tracked at once; beyond, the oldest is dropped and counted</td></tr>
- *   <tr><td>kafka.audit.inflight.slots</td><td>1048576</td><td>producer: sequences remembered for the acknowledgements (2 bytes each)</td></tr>
+ *   <tr><td>kafka.audit.inflight.slots</td><td>1048576</td><td>producer: at most this many sequences remembered for the acknowledgements (2 bytes each; the ring starts at 65536 and doubles while needed)</td></tr>
  *   <tr><td>kafka.audit.enabled</td><td>true</td><td>false: the interceptor passes records through untouched</td></tr>
  *   <tr><td>kafka.audit.producer.*</td><td></td><td>client settings of the interceptor's own producer, overriding
  *       those taken from the host client (bootstrap.servers, security.protocol, ssl.*, sasl.*)</td></tr>

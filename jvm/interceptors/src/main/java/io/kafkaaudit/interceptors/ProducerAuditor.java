@@ -26,7 +26,10 @@ import org.apache.kafka.common.protocol.Errors;
  * acknowledged and failed (from {@code onAcknowledgement}, per partition with the error names and the highest
  * acknowledged offset), bytes (serialized value bytes of the reported messages) and the acknowledgement
  * latency (acknowledgement time minus CreateTime). An acknowledgement finds its window through the stamp in
- * the record's headers: the sequence indexes a ring of window slots ({@code kafka.audit.inflight.slots}).
+ * the record's headers: the sequence indexes a ring of window slots, 2 bytes a record in flight. The ring
+ * starts at {@value #INITIAL_RING} slots and doubles, up to {@code kafka.audit.inflight.slots}, whenever a
+ * send would overwrite the slot of a window not yet accounted for, so its memory follows the producer's
+ * records per window rather than a fixed worst case (many producers in one JVM, e.g. Kafka Connect tasks).
  *
  * <p>Snapshots are cumulative (invariant 2): every {@code snapshot.interval.ms} for the windows that changed,
  * and one final snapshot per window once its end + grace has passed and every message of it is acknowledged
@@ -70,8 +73,9 @@ final class ProducerAuditor {
     private final Map<String, Map<Long, ProducerWindow>> windows = new HashMap<>();
     private final ProducerWindow[] bySlot;
     private final ArrayDeque<Short> freeSlots = new ArrayDeque<>();
-    private final short[] ring;
-    private final int ringMask;
+    /** The ring's first size, slots. */
+    static final int INITIAL_RING = 1 << 16;
+    private volatile short[] ring;
     private int open;
     private long lastSequence;
     private ProducerWindow last;
@@ -89,8 +93,7 @@ final class ProducerAuditor {
         for (int s = 1; s <= settings.maxWindows(); s++) {
             freeSlots.add((short) s);
         }
-        this.ring = new short[settings.inflightSlots()];
-        this.ringMask = ring.length - 1;
+        this.ring = new short[Math.min(INITIAL_RING, settings.inflightSlots())];
         this.nextSnapshotMs = clock.getAsLong() + settings.snapshotIntervalMs();
     }
 
@@ -122,9 +125,34 @@ final class ProducerAuditor {
             w.lastSequence = seq;
             w.lastSendMs = timestampMs;
             w.dirty = true;
-            ring[(int) seq & ringMask] = w.slot;
+            short[] r = ring;
+            int i = (int) seq & (r.length - 1);
+            short old = r[i];
+            if (old != 0 && r.length < settings.inflightSlots()) {
+                ProducerWindow ow = bySlot[old];
+                if (ow != null && ow.acknowledged + ow.failed < ow.sent) { // racy read: a hint to grow
+                    r = grow(r, seq);
+                    i = (int) seq & (r.length - 1);
+                }
+            }
+            r[i] = w.slot;
         }
         return AuditStamp.encodeV2(id, seq);
+    }
+
+    /** Double the ring, keeping the slots of the sequences before {@code seq} it still holds. Under the send lock. */
+    private short[] grow(short[] r, long seq) {
+        short[] n = new short[r.length * 2];
+        for (long s = Math.max(1, seq - r.length); s < seq; s++) { // seq - length: the slot seq would overwrite
+            n[(int) s & (n.length - 1)] = r[(int) s & (r.length - 1)];
+        }
+        ring = n;
+        return n;
+    }
+
+    /** @return the ring's size, slots (tests) */
+    int ringSlots() {
+        return ring.length;
     }
 
     private ProducerWindow window(String topic, long start) {
@@ -191,7 +219,8 @@ final class ProducerAuditor {
         long seq = sequenceOf(headers);
         long now = clock.getAsLong();
         String errorName = error == null ? null : errorName(error);
-        ProducerWindow w = seq <= 0 || seq <= lastSequence - ring.length ? null : bySlot[ring[(int) seq & ringMask]];
+        short[] r = ring;
+        ProducerWindow w = seq <= 0 || seq <= lastSequence - r.length ? null : bySlot[r[(int) seq & (r.length - 1)]];
         synchronized (ackLock) {
             if (w == null || w.state == ProducerWindow.State.DONE || seq < w.firstSequence) {
                 metrics.unattributedAcknowledgements.incrementAndGet();

@@ -224,6 +224,25 @@ class ProducerAuditorTest {
     }
 
     @Test
+    void theRingGrowsWithTheRecordsInFlightUpToItsBound() {
+        ProducerAuditor a = auditor(Map.of("kafka.audit.inflight.slots", Integer.toString(1 << 17)));
+        assertEquals(ProducerAuditor.INITIAL_RING, a.ringSlots());
+        List<byte[]> stamps = new ArrayList<>();
+        for (int i = 0; i < 100_000; i++) { // one window, nothing acknowledged yet: every slot is needed
+            stamps.add(a.onSend("t", 10 * W + 1));
+        }
+        assertEquals(1 << 17, a.ringSlots());
+        for (byte[] s : stamps) {
+            a.onAcknowledgement(ok("t", 0, 1, 10 * W + 1), null, headers(s));
+        }
+        assertEquals(0, metrics.getUnattributedAcknowledgements());
+        for (int i = 0; i < 100_000; i++) { // beyond the bound the oldest are forgotten, and counted
+            a.onSend("t", 10 * W + 2);
+        }
+        assertEquals(1 << 17, a.ringSlots());
+    }
+
+    @Test
     void closeAllSendsFinalsForEveryWindow() {
         ProducerAuditor a = auditor(Map.of());
         a.onSend("t", 10 * W + 1);
