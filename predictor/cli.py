@@ -359,8 +359,9 @@ def evaluate_cmd(
     if "loco" in result:
         loco = result["loco"]
         title = f"leave-one-configuration-out on {from_results}: {len(loco['folds'])} of "
-        console.print(loco_table(loco, title + f"{loco['n_configurations']} configurations held out"))
-        if not loco["folds"]:
+        if loco["folds"]:
+            console.print(loco_table(loco, title + f"{loco['n_configurations']} configurations held out"))
+        else:
             console.print("fewer than two producer configurations in the store: no counterfactual score")
 
 
