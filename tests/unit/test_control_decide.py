@@ -314,3 +314,21 @@ def test_the_network_adjustment_is_bounded_and_needs_a_calibrated_model():
     d = _change_then(controller(), before=0.70, after=0.695, predicted_after_live=1.0)
     assert (d.kind, d.reason) == ("kept", "not_worse")
     assert "not used (model not calibrated" in d.detail
+
+
+def test_the_evidence_for_measurement_first_survives_a_restart():
+    from control_loop.controller_state import ControllerState
+
+    c = controller()
+    for i in (0, 1, 2):
+        decide(c, i, gamma_actual=0.7, gamma_predicted=0.72, changes={} if i < 2 else None)
+    decide(c, 4, batch=4, gamma_actual=0.69, gamma_predicted=0.70, changes={})
+    st = c.state.groups["orders"]
+    assert st.recent_errors == pytest.approx([0.02, 0.02, 0.01])
+    ev = st.evaluation
+    assert ev.gammas_before == pytest.approx([0.7, 0.7, 0.7]) and ev.errors_before == pytest.approx(
+        [0.02] * 3
+    )
+    assert ev.errors_after == pytest.approx([0.01])
+    again = ControllerState.from_json(c.state.to_json()).groups["orders"]
+    assert again.recent_errors == st.recent_errors and again.evaluation.to_json() == ev.to_json()
