@@ -137,6 +137,8 @@ def test_perf_tools_audited_by_configuration_alone(
     )
     assert all(s.producer_identity.client_id == "perf-producer" for s in producers)
     assert sum(s.acknowledged for s in producers) == N
+    # the client's own request latency (JMX producer-node-metrics), as librdkafka's rtt.avg
+    assert any(s.network is not None and s.network.rtt_avg_ms for s in producers)
     acked_by_partition: dict[int, int] = defaultdict(int)
     for s in producers:
         for p in s.partitions:

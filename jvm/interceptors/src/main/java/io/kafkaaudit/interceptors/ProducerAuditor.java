@@ -80,6 +80,7 @@ final class ProducerAuditor {
     private long lastSequence;
     private ProducerWindow last;
     private long nextSnapshotMs;
+    private Double lastRttMs;
 
     ProducerAuditor(AuditSettings settings, ProducerIdentity identity, ProducerSettingsReport config, Sink sink,
             LongSupplier clock, InterceptorMetrics metrics) {
@@ -343,6 +344,7 @@ final class ProducerAuditor {
         long now = clock.getAsLong();
         List<ProducerWindow> emit = new ArrayList<>();
         List<GenericRecord> records = new ArrayList<>();
+        GenericRecord network = network();
         synchronized (lock) {
           synchronized (ackLock) {
             boolean periodic = now >= nextSnapshotMs;
@@ -367,7 +369,7 @@ final class ProducerAuditor {
                     if (!(closing || (periodic && w.dirty))) {
                         continue;
                     }
-                    records.add(record(w, now, closing, accounted && config.acksProveDelivery()));
+                    records.add(record(w, now, closing, accounted && config.acksProveDelivery(), network));
                     w.dirty = false;
                     if (closing) {
                         w.state = ProducerWindow.State.FINAL_PENDING;
@@ -431,7 +433,28 @@ final class ProducerAuditor {
         return "producer|" + identity.clientId() + "|" + idText + "|" + w.topic + "|-1|" + w.start;
     }
 
-    private GenericRecord record(ProducerWindow w, long now, boolean isFinal, boolean accounted) {
+    /** @return the NetworkStats record of the host producer's request latency now, or null when unknown */
+    private GenericRecord network() {
+        Double rtt = ClientNetworkMetrics.requestLatencyAvgMs(identity.clientId());
+        if (rtt == null) {
+            rtt = lastRttMs; // the client closes its metrics before its interceptors: the last value seen
+        } else {
+            lastRttMs = rtt;
+        }
+        Schema ns = schema.type("NetworkStats");
+        if (rtt == null || ns == null) {
+            return null;
+        }
+        GenericRecordBuilder b = new GenericRecordBuilder(ns);
+        for (Schema.Field f : ns.getFields()) {
+            if (!f.hasDefaultValue()) {
+                return null; // a later schema with a field this version cannot fill
+            }
+        }
+        return b.set("rtt_avg_ms", rtt).build();
+    }
+
+    private GenericRecord record(ProducerWindow w, long now, boolean isFinal, boolean accounted, GenericRecord network) {
         Schema s = schema.schema();
         GenericRecordBuilder b = schema.builder()
                 .set("record_id", UUID.randomUUID().toString().replace("-", ""))
@@ -456,7 +479,7 @@ final class ProducerAuditor {
                 .set("latency_p99_ms", w.latency.percentile(0.99))
                 .set("latency_max_ms", w.latency.max())
                 .set("producer_config", config.record(schema))
-                .set("network", null)
+                .set("network", network)
                 .set("partitions", partitions(w));
         AuditRecordSchema.set(b, s, "producer_identity", identity.record(schema));
         AuditRecordSchema.set(b, s, "accounted", accounted);
