@@ -221,15 +221,26 @@ def _job(c: Clusters, n: dict[str, str], tmp: Path, grace_ms: int) -> Reconcilia
     )
 
 
-def _load(c: Clusters, n: dict[str, str], seconds: float, rate: float) -> int:
-    """Two audited producers on A for ``seconds``; return the messages handed over."""
+def _load(
+    c: Clusters,
+    n: dict[str, str],
+    seconds: float,
+    rate: float,
+    delivery_reports: str = "errors",
+    message_timeout_ms: int | None = 10_000,
+) -> int:
+    """Two audited producers on A for ``seconds``; return the messages handed over.
+
+    ``message_timeout_ms`` None: librdkafka's default (300 s).
+    """
     audit = ProducerAuditSettings(
         window_ms=WINDOW_MS,
         grace_ms=1_000,
         snapshot_interval_ms=1_000,
         audit_topic=n["audit_topic"],
-        delivery_reports="errors",
+        delivery_reports=delivery_reports,
     )
+    timeout = {} if message_timeout_ms is None else {"message.timeout.ms": message_timeout_ms}
     results: list[Any] = []
     threads = [
         threading.Thread(
@@ -240,7 +251,7 @@ def _load(c: Clusters, n: dict[str, str], seconds: float, rate: float) -> int:
                         "client.id": f"mm2-{i}",
                         "acks": "all",
                         "linger.ms": 5,
-                        "message.timeout.ms": 10_000,
+                        **timeout,
                     },
                     n["topic"],
                     "weblog",
@@ -520,4 +531,85 @@ def test_mm2_stopped_30s_shows_gap_and_lag_fires_and_resolves_the_alert(
         alert_resolved_after_stop_s=round(resolved.ends_at_ms / 1000 - outage["stopped"], 1),
         b_duplicates=sum(finals[(w, "cluster:B")]["duplicated"] for w in sent),
         app_alerted=any(e.tier == f"consumer:{GROUP}" for e in mine),
+    )
+
+
+def test_every_tier_is_final_by_proof_as_soon_as_it_holds_what_the_producers_acknowledged(
+    clusters: Clusters, names: dict[str, str], tmp_path
+):
+    """Issue 37: with librdkafka's default message.timeout.ms (300 s) every tier is final in seconds.
+
+    Cluster A by its audit consumer's position past the producers' acknowledged offsets, cluster B (the
+    MirrorMaker 2 copy, other offsets) and the application reading the copy by holding what the tier
+    before them holds; every final count equals the verifier on that tier's cluster.
+    """
+    c, n = clusters, names
+    ensure_topic(c.ca, n["topic"], 3)
+    wait_for(lambda: n["topic"] in c.mirror_topics(), 60, "MirrorMaker 2 to create the copy on B")
+    final_at: dict[int, float] = {}
+    waiting: dict[tuple[int, str], tuple[str, str | None]] = {}  # what provisional windows wait for
+
+    def on_results(_batch: int, rows: list[dict[str, Any]]) -> None:
+        for r in rows:
+            if r["topic"] == n["topic"] and r["state"] == "final":
+                final_at.setdefault(r["window_start_ms"], time.time() * 1000)
+            elif r["topic"] == n["topic"]:
+                waiting[(r["window_start_ms"], r["tier"])] = (r["final_rule"], r["waiting_for"])
+
+    job = ReconciliationJob(
+        SparkJobSettings(
+            bootstrap_servers=c.a.bootstrap_servers,
+            audit_topic=n["audit_topic"],
+            dlq_topic=n["dlq_topic"],
+            results_topic=n["results_topic"],
+            commits_topic=n["commits_topic"],
+            checkpoint_dir=tmp_path / "checkpoint",
+            parquet_dir=tmp_path / "parquet",
+            clusters=["A", "B"],
+            trigger_ms=1_000,
+            watermark_delay_ms=2_000,
+            grace_ms=30_000,
+            heartbeat_ms=500,
+            predict=False,
+            retrain=False,
+            max_final_wait_ms=310_000,  # the product's (tests/conftest.py sets 0): 305 s + the settle time
+            query_name=f"q-mm2-proof-{n['tag']}",
+        ),
+        listeners=[on_results],
+    )
+    adaptive = {"max_final_wait_ms": 310_000}
+    job.start()
+    try:
+        with (
+            running_consumer(_consumer_settings(c, n, "A", grace_ms=15_000).model_copy(update=adaptive)),
+            running_consumer(_consumer_settings(c, n, "B", grace_ms=20_000).model_copy(update=adaptive)),
+        ):
+            app = Application(c, n, grace_ms=20_000)
+            try:
+                produced = _load(c, n, seconds=12, rate=500, delivery_reports="all", message_timeout_ms=None)
+                load_end = time.time() * 1000
+                sent = _sent(c, n)
+                assert sum(sent.values()) == produced
+                # 90 s: the timeout rule would keep every window provisional for 305 s + the settle time
+                try:
+                    wait_for(lambda: _all_final(c, n, set(sent), job), 90, "final results at every tier")
+                except AssertionError as exc:
+                    open_ = {k: v for k, v in waiting.items() if k[0] not in final_at}
+                    raise AssertionError(f"{exc}; provisional windows wait for: {open_}") from None
+            finally:
+                app.close()
+    finally:
+        job.stop()
+    finals = _finals(c, n)
+    _assert_exact(c, n, finals)
+    assert {r["final_rule"] for r in finals.values()} == {"proof"}, {
+        k: (r["final_rule"], r["waiting_for"]) for k, r in finals.items()
+    }
+    waits = {w: round(final_at[w] - (w + WINDOW_MS)) for w in sorted(sent)}
+    assert max(final_at.values()) - load_end < 60_000
+    _measure(
+        "mm2_finality_by_proof",
+        wall_wait_after_end_ms=list(waits.values()),
+        final_wait_ms=[finals[(w, "cluster:B")]["final_wait_ms"] for w in sorted(sent)],
+        tier_lag_ms={t: [finals[(w, t)]["tier_lag_ms"] for w in sorted(sent)] for t in TIERS},
     )
