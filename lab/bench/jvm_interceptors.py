@@ -22,9 +22,10 @@ alternating per round; B A B for the consumer), and its ratio is taken against t
 neighbours, so load drifting over seconds shifts both sides of a ratio alike. Each cell is the median
 over ``--repeats`` rounds (at least 3). The load average is printed before and after.
 
-``--jfr DIR``: also record one audited 100-byte producer run with Java Flight Recorder
-(``-XX:StartFlightRecording``) into ``DIR/audited-producer.jfr`` and print its hottest methods
-(``jfr print --events jdk.ExecutionSample``, top frames), to see where an audited run's time goes.
+``--jfr DIR``: also record one audited 100-byte producer run and one audited consumer run with Java Flight
+Recorder (``-XX:StartFlightRecording``) into ``DIR/audited-producer.jfr`` and ``DIR/audited-consumer.jfr``
+and print their CPU samples by thread and hottest methods (``jfr print --events jdk.ExecutionSample``), to
+see where an audited run's time goes.
 
 Usage: python lab/bench/jvm_interceptors.py [--records N] [--kb-records N] [--consumer-records N]
        [--repeats R] [--jfr DIR]
@@ -42,6 +43,7 @@ import argparse
 import collections
 import os
 import re
+import resource
 import statistics
 import subprocess
 import tempfile
@@ -86,6 +88,36 @@ def compile_floor(out: Path) -> Path:
     return out
 
 
+def hottest(recording: Path, top: int = 12) -> list[tuple[str, int]]:
+    """Summarise a JFR recording's CPU samples (``jfr print --events jdk.ExecutionSample``).
+
+    Returns rows (what, samples): the total, the samples per thread, the samples with a kafka-audit frame
+    anywhere on the stack (inclusive: what the interceptor costs, its callees included), then the
+    ``top`` most frequent top frames (exclusive).
+    """
+    jfr = str(Path(java_executable()).with_name("jfr"))
+    text = subprocess.run(
+        [jfr, "print", "--events", "jdk.ExecutionSample", str(recording)], capture_output=True, text=True
+    ).stdout
+    threads: collections.Counter[str] = collections.Counter()
+    frames: collections.Counter[str] = collections.Counter()
+    audit = total = 0
+    for event in text.split("jdk.ExecutionSample")[1:]:
+        total += 1
+        thread = re.search(r'sampledThread = "([^"]*)"', event)
+        threads[re.sub(r"-\d+$", "-N", thread.group(1)) if thread else "?"] += 1
+        stack = re.findall(r"^\s+([\w$.<>]+)\(", event.split("stackTrace = [", 1)[-1], re.M)
+        if stack:
+            frames[stack[0]] += 1
+        if any(f.startswith("io.kafkaaudit.") for f in stack):
+            audit += 1
+    rows = [("all samples", total)]
+    rows += [(f"thread {t}", n) for t, n in threads.most_common(6)]
+    rows.append(("a kafka-audit frame on the stack (inclusive)", audit))
+    rows += [(f"top frame {f}", n) for f, n in frames.most_common(top)]
+    return rows
+
+
 class Bench:
     """The cluster, the classpath and the runs' commands."""
 
@@ -93,11 +125,19 @@ class Bench:
         self.bootstrap = cluster.bootstrap_servers
         self.cp = os.pathsep.join([classpath("kafka"), str(interceptor_jar()), str(classes)])
         self.groups = collections.Counter[str]()
+        self.cpu: dict[tuple[str, str, str], list[float]] = collections.defaultdict(list)
+        """(tool, variant, topic) -> CPU seconds (user + system) of each run's JVM, start-up included."""
 
-    def _java(self, main: str, args: list[str], jfr: Path | None = None) -> str:
+    def _java(
+        self, main: str, args: list[str], jfr: Path | None = None, cpu: list[float] | None = None
+    ) -> str:
         flags = [*JVM_FLAGS, *([f"-XX:StartFlightRecording=filename={jfr},settings=profile"] if jfr else [])]
         cmd = [java_executable(), *flags, "-cp", self.cp, main, *args]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if cpu is not None:
+            cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
         if done.returncode != 0:
             raise RuntimeError(
                 f"{main} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
@@ -116,13 +156,14 @@ class Bench:
             "org.apache.kafka.tools.ProducerPerformance",
             [*args, "--throughput", "-1", "--command-property", *props],
             jfr,
+            None if jfr else self.cpu[("producer", variant, topic)],
         )
         found = PRODUCED.findall(out)
         if not found or int(found[-1][0]) != records:
             raise RuntimeError(f"no summary of {records} records in:\n{out[-2000:]}")
         return float(found[-1][1])
 
-    def consume(self, variant: str, topic: str, records: int, work: Path) -> float:
+    def consume(self, variant: str, topic: str, records: int, work: Path, jfr: Path | None = None) -> float:
         """One ``kafka-consumer-perf-test`` run (a new group); return its fetch.nMsg.sec."""
         self.groups[variant] += 1
         group = f"bench-{variant}-{self.groups[variant]}-{os.getpid()}"
@@ -137,6 +178,8 @@ class Bench:
                 "--bootstrap-server", self.bootstrap, "--topic", topic, "--num-records", str(records),
                 "--group", group, "--command-config", str(config), "--timeout", "60000",
             ],
+            jfr,
+            None if jfr else self.cpu[("consumer", variant, topic)],
         )  # fmt: skip
         lines = [ln for ln in out.splitlines() if ln.count(",") >= 9 and not ln.startswith("start.time")]
         if not lines:
@@ -166,9 +209,9 @@ def main() -> None:
     """Start a broker, run the rounds, print the table (see the module comment)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=2_000_000, help="100-byte records per producer run")
-    parser.add_argument("--kb-records", type=int, default=500_000, help="1-KiB records per producer run")
+    parser.add_argument("--kb-records", type=int, default=400_000, help="1-KiB records per producer run")
     parser.add_argument("--consumer-records", type=int, default=2_000_000, help="records per consumer run")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds (at least 3)")
+    parser.add_argument("--repeats", type=int, default=5, help="rounds (at least 3)")
     parser.add_argument(
         "--jfr", type=Path, default=None, help="record one audited producer run with JFR here"
     )
@@ -187,11 +230,16 @@ def main() -> None:
         cluster.start()
         try:
             kconfig = {"bootstrap.servers": cluster.bootstrap_servers}
-            for t in ("bench-100", "bench-1k", "bench-consume", AUDIT_TOPIC):
-                ensure_topic(kconfig, t, partitions=1 if t == AUDIT_TOPIC else 3)
+            # The producers' topics only grow: 256 MiB per partition kept (64 MiB segments), older deleted.
+            bounded = {"retention.bytes": str(256 << 20), "segment.bytes": str(64 << 20)}
+            for t in ("bench-100", "bench-1k"):
+                ensure_topic(kconfig, t, partitions=3, topic_config=bounded)
+            ensure_topic(kconfig, "bench-consume", partitions=3)
+            ensure_topic(kconfig, AUDIT_TOPIC, partitions=1)
             bench = Bench(cluster, compile_floor(work / "classes"))
             # The consumer's topic: stamped records, written once by the audited producer.
             bench.produce("audited", "bench-consume", args.consumer_records, 100)
+            bench.cpu.clear()
             rows: dict[tuple[str, int, str], list[tuple[float, float]]] = collections.defaultdict(list)
             for r in range(args.repeats):
                 console.print(f"round {r + 1}/{args.repeats} (load average {load()})")
@@ -214,6 +262,13 @@ def main() -> None:
                 jfr = args.jfr / "audited-producer.jfr"
                 bench.produce("audited", "bench-100", args.records, 100, jfr=jfr)
                 console.print(f"JFR recording of one audited 100-byte producer run: {jfr}")
+                for what, n in hottest(jfr):
+                    console.print(f"  {n:7,d}  {what}")
+                jfr = args.jfr / "audited-consumer.jfr"
+                bench.consume("audited", "bench-consume", args.consumer_records, work, jfr=jfr)
+                console.print(f"JFR recording of one audited consumer run: {jfr}")
+                for what, n in hottest(jfr):
+                    console.print(f"  {n:7,d}  {what}")
         finally:
             cluster.stop()
     table = Table(
@@ -222,7 +277,22 @@ def main() -> None:
         f" median of {args.repeats} rounds, each run between two bare runs"
         " (local broker on the same 2-core host)"
     )
-    for col in ("tool", "record", "interceptor", "records/s", "runs (k/s)", "ratio vs bare", "target"):
+    topics = {
+        ("producer", 100): "bench-100",
+        ("producer", 1024): "bench-1k",
+        ("consumer", 100): "bench-consume",
+    }
+    columns = (
+        "tool",
+        "record",
+        "interceptor",
+        "records/s",
+        "runs (k/s)",
+        "CPU s/run",
+        "ratio vs bare",
+        "target",
+    )
+    for col in columns:
         table.add_column(col, justify="left" if col in ("tool", "interceptor") else "right")
     names = {"bare": "none (bare)", "floor": f"floor: {FLOOR}", "audited": "AuditProducerInterceptor"}
     rank = {"bare": 0, "floor": 1, "audited": 2}
@@ -240,6 +310,7 @@ def main() -> None:
             name,
             f"{rate:,.0f}",
             " ".join(f"{c[0] / 1000:.0f}" for c in cells),
+            f"{statistics.median(bench.cpu[(tool, variant, topics[(tool, size)])]):.1f}",
             f"{ratio:.2f}",
             verdict,
         )
