@@ -267,5 +267,8 @@ def tail_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    """Add this package's commands to the ``kafka-audit`` typer app."""
+    """Add this package's commands to the ``kafka-audit`` typer app (``alerts ...``, ``slo ...``)."""
+    from alerts.slo_cli import register as register_slo
+
     app.add_typer(alerts_app, name="alerts")
+    register_slo(app)

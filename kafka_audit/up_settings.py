@@ -7,7 +7,9 @@ out comes from ``KAFKA_AUDIT_KAFKA_*`` (keep the password there, not in the file
 section (:class:`~alerts.settings.AlertSettings`: ``alertmanager_url``, ``webhook_url``,
 ``gamma_target``, rule thresholds) works the same way with ``KAFKA_AUDIT_ALERTS_*``, and so does the
 ``[control]`` section (:class:`~control_loop.settings.ControlSettings`: ``mode``, guardrails, ``groups``)
-with ``KAFKA_AUDIT_CONTROL_*``; ``[topic_kpi.<topic>]``
+with ``KAFKA_AUDIT_CONTROL_*``, and the ``[slo]`` section (:class:`~alerts.slo_settings.SloSettings`:
+completeness SLOs per topic pattern and tier, burn-rate alerts) with ``KAFKA_AUDIT_SLO_*``;
+``[topic_kpi.<topic>]``
 sections set a topic's stream type and gamma target (:class:`~spark_streaming.settings.TopicKpi`).
 """
 
@@ -26,6 +28,7 @@ from pydantic_settings import (
 )
 
 from alerts.settings import AlertSettings, load_settings
+from alerts.slo_settings import SloSettings, load_slo_settings
 from audit_consumer.discovery import check_patterns
 from audit_record.finality import DEFAULT_DELIVERY_MARGIN_MS, DEFAULT_MAX_FINAL_WAIT_MS, Finality
 from control_loop.settings import ControlSettings, load_control_settings
@@ -60,6 +63,9 @@ class UpSettings(BaseSettings):
             ``gamma_target`` (default 0.9) is also the target the job writes into every final window.
         control: The control loop (``[control]`` section; default KAFKA_AUDIT_CONTROL_*): ``mode`` off,
             advise (default) or apply, guardrails, topic -> producer group.
+        slo: Service-level objectives (``[slo]`` section; default KAFKA_AUDIT_SLO_*, else one
+            completeness SLO of 99.99% over 30 days on every topic): ``kafka-audit slo rules --config``
+            turns them into Prometheus rules.
         topic_kpi: Per-topic stream type / gamma target / message size (``[topic_kpi."<topic>"]``); the
             scenario's topic defaults to the scenario's stream type (Table II weights).
         model_registry_dir, retrain, retrain_every_windows, retrain_every_minutes, training_min_messages,
@@ -96,6 +102,7 @@ class UpSettings(BaseSettings):
     kafka: KafkaSecurity = Field(default_factory=KafkaSecurity.from_env)
     alerts: AlertSettings = Field(default_factory=load_settings)
     control: ControlSettings = Field(default_factory=load_control_settings)
+    slo: SloSettings = Field(default_factory=load_slo_settings)
     topic_kpi: dict[str, TopicKpi] = Field(default_factory=dict)
     model_registry_dir: Path | None = None
     retrain: bool | None = None
