@@ -44,7 +44,7 @@ def perf_producer(
         str(size),
         "--throughput",
         str(throughput),
-        "--producer-props",
+        "--command-property",
         *(f"{k}={v}" for k, v in props.items()),
     )
 

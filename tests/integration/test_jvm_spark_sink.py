@@ -9,9 +9,9 @@ against N (counted without the interceptor: the query's input), every record sta
 consumer's cluster tier equal to the verifier.
 
 kafka-clients before 4.0 call only ``onAcknowledgement(RecordMetadata, Exception)``, which carries no
-headers: the interceptor cannot find a record's window there, so it counts no acknowledgement and closes
-its windows at their end + ``delivery.timeout.ms`` + its margin (not "accounted"). The query sets the
-sink's ``delivery.timeout.ms`` low for that; the xfail test below pins the gap.
+headers, so no stamp to find a record's window by: the interceptor puts a success in the window of its
+timestamp (the CreateTime it set) and a failure in the topic's oldest window still waiting. Every window
+must still be accounted for, every record acknowledged.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from .helpers import CLUSTER, all_windows_final, consumer_settings, running_cons
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 WINDOW_MS = 5_000
 RECORDS = 5_000
-DELIVERY_TIMEOUT_MS = 8_000  # >= linger.ms + request.timeout.ms (Kafka's producer configuration)
+DELIVERY_TIMEOUT_MS = 8_000  # a short delivery bound: >= linger.ms + request.timeout.ms (Kafka's rule)
 
 
 @pytest.fixture(scope="module")
@@ -106,12 +106,8 @@ def test_spark_kafka_sink_exact_against_verifier(copied):
     )
 
 
-@pytest.mark.xfail(
-    reason="kafka-clients < 4.0 (Spark 4.0's 3.9.0) call only onAcknowledgement(metadata, exception), which "
-    "AuditProducerInterceptor ignores: acknowledged stays 0 and no window is accounted (issue 38 report)",
-    strict=True,
-)
-def test_spark_kafka_sink_acknowledgements_counted(copied):
+def test_spark_kafka_sink_acknowledgements_counted_on_kafka_clients_3(copied):
     kconfig = {"bootstrap.servers": copied["bootstrap"]}
     snaps = list(read_audit_log(kconfig, copied["audit_topic"]).tier(PRODUCER_TIER))
-    assert snaps and all(r.acknowledged == r.sent and r.accounted for r in snaps)
+    assert snaps and all(r.final and r.acknowledged == r.sent and r.accounted for r in snaps), snaps
+    assert sum(r.acknowledged for r in snaps) == RECORDS
