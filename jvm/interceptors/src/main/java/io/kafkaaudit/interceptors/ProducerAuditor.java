@@ -71,6 +71,8 @@ final class ProducerAuditor {
     private final byte[] id = AuditStamp.newProducerId();
     private final String idText = AuditStamp.idText(id, 0);
     private final Map<String, Map<Long, ProducerWindow>> windows = new HashMap<>();
+    /** Windows closed with an acknowledged final snapshot, kept to continue their counts if a record still comes. */
+    private final Map<String, ProducerWindow> retired = new HashMap<>();
     private final ProducerWindow[] bySlot;
     private final ArrayDeque<Short> freeSlots = new ArrayDeque<>();
     /** The ring's first size, slots. */
@@ -167,6 +169,16 @@ final class ProducerAuditor {
         }
         if (freeSlots.isEmpty()) {
             dropOldest();
+        }
+        w = retired.remove(topic + "|" + start);
+        if (w != null) { // a record with a timestamp in a closed window (e.g. a copy keeping its source's
+            w.slot = freeSlots.poll(); // CreateTime): its counts continue, never restart from 0 under the same key
+            w.state = ProducerWindow.State.OPEN;
+            w.dirty = true;
+            bySlot[w.slot] = w;
+            byStart.put(start, w);
+            open++;
+            return w;
         }
         w = new ProducerWindow(topic, start, settings.windowMs(), freeSlots.poll());
         bySlot[w.slot] = w;
@@ -406,10 +418,32 @@ final class ProducerAuditor {
                 }
             } else if (isFinal && w.state == ProducerWindow.State.FINAL_PENDING && !w.acksChanged) {
                 remove(w);
+                retire(w);
             }
           }
         }
     }
+
+    /** Keep a closed window's counts for late records, at most max.windows of them, for an hour after their end. */
+    private void retire(ProducerWindow w) {
+        retired.put(w.topic + "|" + w.start, w);
+        long horizon = clock.getAsLong() - RETIRED_RETENTION_MS;
+        retired.values().removeIf(r -> r.end < horizon);
+        while (retired.size() > settings.maxWindows()) {
+            String oldest = null;
+            long start = Long.MAX_VALUE;
+            for (Map.Entry<String, ProducerWindow> e : retired.entrySet()) {
+                if (e.getValue().start < start) {
+                    start = e.getValue().start;
+                    oldest = e.getKey();
+                }
+            }
+            retired.remove(oldest);
+        }
+    }
+
+    /** How long after its end a closed window's counts are kept for late records, ms (the audit consumer's late retention). */
+    static final long RETIRED_RETENTION_MS = 3_600_000;
 
     /** Close every window: finals for all, then wait for the audit topic at most {@code timeout}. */
     void closeAll(Duration timeout) {

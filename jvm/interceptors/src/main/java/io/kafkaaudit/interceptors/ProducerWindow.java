@@ -23,7 +23,7 @@ final class ProducerWindow {
     final String topic;
     final long start;
     final long end;
-    final short slot;
+    short slot;
     long sent;
     long acknowledged;
     long failed;

@@ -243,6 +243,24 @@ class ProducerAuditorTest {
     }
 
     @Test
+    void aRecordForAClosedWindowContinuesItsCounts() {
+        ProducerAuditor a = auditor(Map.of());
+        byte[] s1 = a.onSend("t", 10 * W + 1);
+        a.onAcknowledgement(ok("t", 0, 1, 10 * W + 1), null, headers(s1));
+        now.set(11 * W + 10_000);
+        a.tick(false);
+        assertEquals(0, a.openWindows(), "closed, its final acknowledged");
+        byte[] s2 = a.onSend("t", 10 * W + 7); // e.g. a copy keeping its source's CreateTime
+        a.onAcknowledgement(ok("t", 0, 2, 10 * W + 7), null, headers(s2));
+        now.addAndGet(20_000);
+        a.tick(false);
+        GenericRecord last = sink.finals().get(sink.finals().size() - 1);
+        assertEquals(10 * W, last.get("window_start_ms"));
+        assertEquals(2L, last.get("sent"), "never a snapshot restarting from 0 under the same key");
+        assertEquals(2L, last.get("acknowledged"));
+    }
+
+    @Test
     void closeAllSendsFinalsForEveryWindow() {
         ProducerAuditor a = auditor(Map.of());
         a.onSend("t", 10 * W + 1);
