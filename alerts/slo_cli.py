@@ -95,7 +95,7 @@ def status_cmd(
     """Print per SLO, topic and tier: objective, actual over the period, budget left, burn rates, state."""
     from pydantic import ValidationError
 
-    from alerts.slo_settings import duration_seconds, load_slo_settings
+    from alerts.slo_settings import CompletenessSlo, duration_seconds, load_slo_settings
     from alerts.slo_status import read_parquet_results, slo_status
     from kafka_plumbing.errors import config_error, setting_and_env_name
     from spark_streaming.settings import SparkJobSettings
@@ -148,6 +148,11 @@ def status_cmd(
     Console(width=None if console.is_terminal else 220).print(table)
     if not statuses:
         console.print("no final window of a topic and tier any SLO matches", highlight=False)
+    for slo in settings.slos():
+        if not isinstance(slo, CompletenessSlo):
+            console.print(
+                f"{slo.name}: freshness, not yet measured (no latency histograms yet)", highlight=False
+            )
 
 
 def register(app: typer.Typer) -> None:

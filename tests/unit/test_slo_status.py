@@ -100,11 +100,15 @@ def test_cli_status_reads_the_parquet_results_and_prints_their_numbers(tmp_path)
     ParquetResultSink(tmp_path).write(2, rows[len(rows) // 2 :])
     assert len(read_parquet_results(tmp_path, now_ms - 86_400_000)) == len(rows)
     config = tmp_path / "slo.toml"
-    config.write_text('[slo]\n[[slo.completeness]]\nname = "fast-only"\ntopic_pattern = "fast"\n')
+    config.write_text(
+        '[slo]\n[[slo.completeness]]\nname = "fast-only"\ntopic_pattern = "fast"\n'
+        '[[slo.freshness]]\nname = "fresh"\n'
+    )
     result_ = CliRunner().invoke(
         app, ["slo", "status", "--config", str(config), "--results-dir", str(tmp_path)], terminal_width=250
     )
     assert result_.exit_code == 0, result_.output
+    assert "fresh: freshness, not yet measured" in result_.output
     [line] = [line for line in result_.output.splitlines() if "fast-only" in line]
     cells = [c.strip() for c in line.strip("│ ").split("│")]
     assert cells == [
