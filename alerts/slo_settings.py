@@ -120,7 +120,7 @@ WORKBOOK_ALERTS = (
     BurnRateAlert(long_window="6h", short_window="30m", factor=6.0, urgency="page", severity="critical"),
     BurnRateAlert(long_window="3d", short_window="6h", factor=1.0, urgency="ticket", severity="warning"),
 )
-"""The SRE Workbook's recommended pairs for a 30-day SLO (ch. 5, table 5-8)."""
+"""The SRE Workbook's recommended pairs for a 30-day SLO (ch. 5, "Multiwindow, Multi-Burn-Rate Alerts")."""
 
 
 class _Slo(BaseModel):
