@@ -14,7 +14,10 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * A plain Java application producer for the integration tests (no kafka-audit code: the audit comes from
  * the {@code interceptor.classes} among its properties).
  *
- * <p>Usage: {@code PlainProducer <topic> <records> <records per second> <window ms> key=value...}. Sends
+ * <p>Usage: {@code PlainProducer <topic> <records> <records per second> <window ms> key=value...}; the keys
+ * {@code app.timestamp.ms} (every record's CreateTime, else now), {@code app.pause.after} and
+ * {@code app.pause.ms} (flush and pause once after that many records) are the application's, the others the
+ * producer's. Sends
  * 100-byte records at the given rate, counts per window of each record's CreateTime (set here) how many it
  * handed to {@code send()} and how many were acknowledged or failed (its own callback), then prints one JSON
  * line: {@code {"sent": n, "acknowledged": a, "failed": f, "windows": {start: sent}, "interceptor":
@@ -27,9 +30,19 @@ public final class PlainProducer {
         double rate = Double.parseDouble(args[2]);
         long windowMs = Long.parseLong(args[3]);
         Properties props = new Properties();
+        long fixedTimestamp = -1;
+        long pauseAfter = -1;
+        long pauseMs = 0;
         for (int i = 4; i < args.length; i++) {
             int eq = args[i].indexOf('=');
-            props.put(args[i].substring(0, eq), args[i].substring(eq + 1));
+            String k = args[i].substring(0, eq);
+            String v = args[i].substring(eq + 1);
+            switch (k) {
+                case "app.timestamp.ms" -> fixedTimestamp = Long.parseLong(v);
+                case "app.pause.after" -> pauseAfter = Long.parseLong(v);
+                case "app.pause.ms" -> pauseMs = Long.parseLong(v);
+                default -> props.put(k, v);
+            }
         }
         AtomicLong acked = new AtomicLong();
         AtomicLong failed = new AtomicLong();
@@ -44,7 +57,12 @@ public final class PlainProducer {
             if (wait > 0) {
                 Thread.sleep(wait / 1_000_000, (int) (wait % 1_000_000));
             }
-            long ts = System.currentTimeMillis();
+            if (i == pauseAfter) {
+                producer.flush();
+                Thread.sleep(pauseMs);
+                start += pauseMs * 1_000_000L;
+            }
+            long ts = fixedTimestamp >= 0 ? fixedTimestamp : System.currentTimeMillis();
             windows.merge(ts - ts % windowMs, 1L, Long::sum);
             producer.send(new ProducerRecord<>(topic, null, ts, null, value), (md, err) -> {
                 if (err == null) {
