@@ -19,7 +19,7 @@ import fastavro
 import fastavro.schema
 
 from alerts.event import AlertEvent
-from audit_record.codec import SINGLE_OBJECT_MAGIC
+from audit_record.codec import SINGLE_OBJECT_MAGIC, crc64_fingerprint, legacy_fingerprint
 from audit_record.record import MalformedRecordError
 
 _HEADER_LEN = 10
@@ -41,14 +41,17 @@ def schema(name: str = "alert") -> dict[str, Any]:
 
 @cache
 def schema_fingerprint(name: str = "alert") -> bytes:
-    """Return the schema's CRC-64-AVRO fingerprint, 8 bytes little endian."""
-    canonical = fastavro.schema.to_parsing_canonical_form(schema(name))
-    return bytes.fromhex(fastavro.schema.fingerprint(canonical, "CRC-64-AVRO"))[::-1]
+    """Return the schema's CRC-64-AVRO fingerprint, 8 bytes little endian (``codec.crc64_fingerprint``)."""
+    return crc64_fingerprint(schema(name))
 
 
 @cache
 def _writers() -> dict[bytes, dict[str, Any]]:
-    return {schema_fingerprint(n): schema(n) for n in ("alert", *WRITER_VERSIONS)}
+    """Fingerprint (either byte order, ``codec.legacy_fingerprint``) -> writer schema of each version."""
+    out: dict[bytes, dict[str, Any]] = {}
+    for n in ("alert", *WRITER_VERSIONS):
+        out[schema_fingerprint(n)] = out[legacy_fingerprint(schema_fingerprint(n))] = schema(n)
+    return out
 
 
 def encode_alert(event: AlertEvent) -> bytes:

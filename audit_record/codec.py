@@ -70,13 +70,32 @@ def schema_json(name: str = "audit_record") -> str:
     return resources.files("audit_record").joinpath(f"{name}.avsc").read_text()
 
 
+def crc64_fingerprint(parsed: Any) -> bytes:
+    """Return a parsed schema's CRC-64-AVRO fingerprint as single objects carry it (8 bytes, little endian).
+
+    Avro specification, "Schema Fingerprints" and "Single-object encoding" (the 64-bit Rabin fingerprint
+    of the parsing canonical form, written little endian); the same bytes as Java's
+    ``SchemaNormalization.parsingFingerprint64`` written little endian, so Avro's ``BinaryMessageDecoder``
+    reads what this package writes. fastavro's hex digest already lists the bytes in that order.
+    """
+    return bytes.fromhex(
+        fastavro.schema.fingerprint(fastavro.schema.to_parsing_canonical_form(parsed), "CRC-64-AVRO")
+    )
+
+
+def legacy_fingerprint(spec: bytes) -> bytes:
+    """Return the byte-reversed fingerprint that kafka-audit wrote before it followed the specification.
+
+    Readers still accept it for every schema version, so audit, results and alert topics written
+    before (within their retention) decode; writers use :func:`crc64_fingerprint` only.
+    """
+    return spec[::-1]
+
+
 @cache
 def fingerprint(name: str = "audit_record") -> bytes:
-    """Return a schema's CRC-64-AVRO fingerprint, 8 bytes little endian."""
-    hexdigest = fastavro.schema.fingerprint(
-        fastavro.schema.to_parsing_canonical_form(schema(name)), "CRC-64-AVRO"
-    )
-    return bytes.fromhex(hexdigest)[::-1]
+    """Return a schema's CRC-64-AVRO fingerprint, 8 bytes little endian (:func:`crc64_fingerprint`)."""
+    return crc64_fingerprint(schema(name))
 
 
 def _without_logical_types(t: Any) -> Any:
@@ -103,8 +122,14 @@ def reading_schema(name: str = "audit_record") -> dict[str, Any]:
 
 @cache
 def writer_schemas(name: str) -> dict[bytes, dict[str, Any]]:
-    """Return fingerprint -> writer schema (parsed for reading) of ``name`` and :data:`WRITER_VERSIONS`."""
-    return {fingerprint(v): reading_schema(v) for v in (name, *WRITER_VERSIONS.get(name, ()))}
+    """Return fingerprint -> writer schema (parsed for reading) of ``name`` and :data:`WRITER_VERSIONS`.
+
+    Each version is found by its fingerprint in either byte order (:func:`legacy_fingerprint`).
+    """
+    out: dict[bytes, dict[str, Any]] = {}
+    for v in (name, *WRITER_VERSIONS.get(name, ())):
+        out[fingerprint(v)] = out[legacy_fingerprint(fingerprint(v))] = reading_schema(v)
+    return out
 
 
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1

@@ -76,6 +76,9 @@ def test_promoted_decision_event():
     # the same Avro record: every reader of the alerts topic decodes it
     assert decode_alert(encode_alert(ev)) == ev
     assert AlertEvent.from_dict(ev.to_dict()) == ev
+    # ... also as written before the fingerprint followed the Avro specification's byte order
+    value = encode_alert(ev)
+    assert decode_alert(value[:2] + value[9:1:-1] + value[10:]) == ev
 
 
 def test_rejected_decision_event_and_partial_numbers():

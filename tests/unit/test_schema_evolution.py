@@ -27,9 +27,10 @@ from audit_record.window_result import FINAL
 from spark_streaming.reconcile import compact, reconcile
 from spark_streaming.window_state import RESULT_COLUMNS
 
-# Fingerprints of the schemas as first released: records in topics today carry these. If a v1 file is
-# edited by mistake (anything but docs), these change and old records stop decoding.
-V1_FINGERPRINTS = {"audit_record.v1": "c90030dc5a999906", "window_result.v1": "1757e3af592444cc"}
+# Fingerprints of the schemas as first released, in the Avro specification's byte order (records written
+# before issue 38 carry them reversed: codec.legacy_fingerprint). If a v1 file is edited by mistake
+# (anything but docs), these change and old records stop decoding.
+V1_FINGERPRINTS = {"audit_record.v1": "0699995adc3000c9", "window_result.v1": "cc442459afe35717"}
 
 
 def _single_object(schema_name: str, body: dict) -> bytes:
@@ -68,6 +69,27 @@ def _record(**kw):
 def test_v1_schemas_are_the_released_ones():
     assert {n: codec.fingerprint(n).hex() for n in V1_FINGERPRINTS} == V1_FINGERPRINTS
     assert codec.fingerprint("audit_record") != codec.fingerprint("audit_record.v1")
+
+
+def test_fingerprints_follow_the_avro_specification_and_the_old_byte_order_still_decodes():
+    """Avro spec: the single object's fingerprint is the CRC-64-AVRO of the canonical form, little endian.
+
+    The specification's value for the schema ``"null"`` is 0x63DD24E7CC258F8A (Java's
+    ``SchemaNormalization.parsingFingerprint64``); records written before issue 38 carry the 8 bytes
+    reversed, and still decode (audit record, window result and alert event alike).
+    """
+    assert codec.crc64_fingerprint(fastavro.parse_schema("null")) == (0x63DD24E7CC258F8A).to_bytes(
+        8, "little"
+    )
+    record = _record()
+    value = encode(record)
+    assert value[2:10] == codec.fingerprint("audit_record")
+    legacy = value[:2] + codec.legacy_fingerprint(value[2:10]) + value[10:]
+    assert legacy != value and decode(legacy) == decode(value) == record
+    body = record.to_avro()
+    del body["network"]["tcp_retransmit_pct"]  # the v1 writer has no such field
+    old = _single_object("audit_record.v1", body)
+    assert decode(old[:2] + codec.legacy_fingerprint(old[2:10]) + old[10:]) == decode(old)
 
 
 def test_record_written_with_v1_schema_decodes_with_null_loss_estimate():

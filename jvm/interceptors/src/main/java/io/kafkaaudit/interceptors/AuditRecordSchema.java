@@ -22,33 +22,33 @@ import org.apache.avro.io.EncoderFactory;
  * The audit record schema, {@code audit_record/audit_record.avsc}, copied into the jar by the build
  * ({@code kafka-audit/audit_record.avsc}; never a second copy in the repository) and parsed at run time.
  *
- * <p>Records are written as Avro single objects ({@code C3 01}, the schema's 8-byte CRC-64-AVRO fingerprint,
- * the binary body) byte for byte as {@code audit_record/codec.py} writes them. codec.py writes the fingerprint
- * in the reverse of the Avro specification's little-endian order ({@link #WRITTEN_FINGERPRINT_ORDER}: fastavro's
- * hex digest is already little endian and codec.py reverses it), so Avro's own {@code BinaryMessageEncoder}
- * would write bytes the Python readers reject; this class writes codec.py's order and reads both. Fields the schema
- * may or may not have yet (added by later schema versions) are set through {@link #set}, which skips a field
- * the schema lacks, so the jar builds and runs against whichever version the build copied.
+ * <p>Records are written as Avro single objects ({@code C3 01}, the schema's 8-byte CRC-64-AVRO fingerprint
+ * little endian as the Avro specification says, the binary body) byte for byte as {@code audit_record/codec.py}
+ * writes them, so Avro's own {@code BinaryMessageDecoder} reads them too. Records that kafka-audit wrote before it
+ * followed the specification carry the fingerprint byte-reversed ({@code codec.legacy_fingerprint}); this class
+ * reads both orders, as the Python readers do. Fields the schema may or may not have yet (added by later schema
+ * versions) are set through {@link #set}, which skips a field the schema lacks, so the jar builds and runs against
+ * whichever version the build copied.
  */
 public final class AuditRecordSchema {
     /** Class-path resource of the schema. */
     public static final String RESOURCE = "/kafka-audit/audit_record.avsc";
 
-    /** Byte order of the fingerprint in the single objects written: what audit_record/codec.py writes and reads. */
-    public static final ByteOrder WRITTEN_FINGERPRINT_ORDER = ByteOrder.BIG_ENDIAN;
+    /** Byte order of the fingerprint in the single objects written: the Avro specification's, as codec.py writes. */
+    public static final ByteOrder WRITTEN_FINGERPRINT_ORDER = ByteOrder.LITTLE_ENDIAN;
 
     private static final AuditRecordSchema INSTANCE = new AuditRecordSchema(load());
 
     private final Schema schema;
     private final byte[] header;
-    private final byte[] headerSpecOrder;
+    private final byte[] headerLegacyOrder;
     private final GenericDatumWriter<GenericRecord> writer;
 
     AuditRecordSchema(Schema schema) {
         this.schema = schema;
         long fp = SchemaNormalization.parsingFingerprint64(schema);
         this.header = header(fp, WRITTEN_FINGERPRINT_ORDER);
-        this.headerSpecOrder = header(fp, ByteOrder.LITTLE_ENDIAN);
+        this.headerLegacyOrder = header(fp, ByteOrder.BIG_ENDIAN);
         this.writer = new GenericDatumWriter<>(schema);
     }
 
@@ -168,7 +168,7 @@ public final class AuditRecordSchema {
             throw new IOException("not an Avro single object: too short");
         }
         byte[] h = Arrays.copyOf(value, header.length);
-        if (!Arrays.equals(h, header) && !Arrays.equals(h, headerSpecOrder)) {
+        if (!Arrays.equals(h, header) && !Arrays.equals(h, headerLegacyOrder)) {
             throw new IOException("not an audit record of this schema (magic or fingerprint differs)");
         }
         BinaryDecoder dec = DecoderFactory.get().binaryDecoder(value, header.length, value.length - header.length, null);
