@@ -29,10 +29,11 @@ from typing import Any
 
 from alerts.slo_rules import page_min_events
 from alerts.slo_settings import CompletenessSlo, SloSettings, duration_seconds
+from audit_record import window_result
 from kafka_plumbing.errors import ConfigError
 
-COLUMNS = ("topic", "tier", "window_start_ms", "window_end_ms", "state", "sent", "unique", "result_at_ms")
-"""The window-result fields the status reads."""
+COLUMNS = (*window_result.KEY_FIELDS, "window_end_ms", "state", "sent", "unique", "result_at_ms")
+"""The window-result fields the status reads (its key, end, state, counts and emission time)."""
 
 
 @dataclass(frozen=True)

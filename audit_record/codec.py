@@ -32,6 +32,7 @@ WRITER_VERSIONS: dict[str, tuple[str, ...]] = {
     # v6: before producer_identity (who a v2 stamp's random producer id is, issue 36);
     # v7: before accounted, PartitionDelivery.last_offset and read_offsets (finality by proof, issue 37)
     "audit_record": (
+        "audit_record.v8",
         "audit_record.v7",
         "audit_record.v6",
         "audit_record.v5",

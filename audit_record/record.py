@@ -103,22 +103,24 @@ class ProducerConfig:
     Attributes:
         acks: librdkafka ``acks`` in canonical form (:func:`canonical_acks`: ``"0"``, ``"1"``, ``"all"``).
         enable_idempotence: ``enable.idempotence``.
-        batch_num_messages: ``batch.num.messages`` B (messages).
+        batch_num_messages: ``batch.num.messages`` B (messages); None for a client without it (Java).
         linger_ms: ``linger.ms`` (alias ``queue.buffering.max.ms``), ms.
         message_timeout_ms: ``message.timeout.ms`` T_o, ms.
         message_send_max_retries: ``message.send.max.retries`` (alias ``retries``).
         retry_backoff_ms: ``retry.backoff.ms``, ms.
         poll_interval_ms: The application's polling interval delta between source reads, ms; None if unknown.
+        batch_size_bytes: The Java client's ``batch.size``, bytes; None for librdkafka clients.
     """
 
     acks: str
     enable_idempotence: bool
-    batch_num_messages: int
+    batch_num_messages: int | None
     linger_ms: float
     message_timeout_ms: int
     message_send_max_retries: int
     retry_backoff_ms: int
     poll_interval_ms: float | None = None
+    batch_size_bytes: int | None = None
 
 
 @dataclass(slots=True, kw_only=True)

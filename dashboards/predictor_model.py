@@ -256,8 +256,8 @@ def _retraining_row(d: Dashboard) -> Dashboard:
                 timeseries(
                     "Training windows by outcome",
                     "Final windows offered to the training store per interval: stored, or the reason "
-                    "they were left out (no_producer_config, unknown_loss, unknown_delay, too_few_messages, "
-                    "unaudited_producers, mixed_config).",
+                    "they were left out (no_producer_config, unmapped_config, unknown_loss, unknown_delay, "
+                    "too_few_messages, unaudited_producers, mixed_config).",
                     [
                         query(
                             f"sum by (outcome) (increase(kafka_audit_training_windows_total[{RATE}]))",

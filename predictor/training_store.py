@@ -32,6 +32,7 @@ from predictor.features import FEATURES, valid_rows, with_defaults
 SKIP_REASONS: tuple[str, ...] = (
     "downstream_tier",
     "no_producer_config",
+    "unmapped_config",
     "unknown_loss",
     "unknown_delay",
     "too_few_messages",
@@ -92,6 +93,8 @@ def skip_reason(result: Mapping[str, Any], min_messages: int = DEFAULT_MIN_MESSA
         The first applicable reason of :data:`SKIP_REASONS`: ``downstream_tier`` (a tier after the
         first one: a MirrorMaker 2 replica or an application consumer group, whose hop the producers'
         configuration does not decide; docs/DESIGN.md, "Tiers"), ``no_producer_config`` (no ``acks``),
+        ``unmapped_config`` (``batch_num_messages`` or ``message_timeout_ms`` null: a client without the
+        librdkafka setting, e.g. a Java producer audited by the JVM interceptors, batching by bytes),
         ``unknown_loss`` (``packet_loss_pct_est`` null), ``unknown_delay`` (``delay_ms_est`` null: no
         broker RTT sample, D would enter the model as 0), ``too_few_messages`` (``sent`` <
         ``min_messages``), ``unaudited_producers`` (> 0), ``mixed_config`` (``producer_configs`` > 1);
@@ -102,6 +105,8 @@ def skip_reason(result: Mapping[str, Any], min_messages: int = DEFAULT_MIN_MESSA
         return "downstream_tier"
     if _missing(result.get("acks")):
         return "no_producer_config"
+    if _missing(result.get("batch_num_messages")) or _missing(result.get("message_timeout_ms")):
+        return "unmapped_config"
     if _missing(result.get("packet_loss_pct_est")):
         return "unknown_loss"
     if _missing(result.get("delay_ms_est")):

@@ -120,7 +120,10 @@ def _num(col: pd.Series) -> pd.Series:
 
 
 def predictable(results: pd.DataFrame) -> pd.Series:
-    """Boolean mask: final result rows with messages sent and a producer configuration (acks known).
+    """Boolean mask: final result rows with messages sent and a producer configuration the model takes.
+
+    The configuration: ``acks``, ``batch_num_messages`` and ``message_timeout_ms`` known (a Java
+    producer's snapshots have no ``batch.num.messages``: its windows get no prediction).
 
     Only the first tier after the producers (``previous_tier`` ``producer``, or null in rows without the
     tier fields): the producers' configuration and network decide what reaches it; a replica or an
@@ -139,6 +142,8 @@ def predictable(results: pd.DataFrame) -> pd.Series:
         & (results["state"] == "final")
         & (_num(results["sent"]).fillna(0) > 0)
         & results["acks"].notna()
+        & _num(results["batch_num_messages"]).notna()
+        & _num(results["message_timeout_ms"]).notna()
         & first_tier
     )
 

@@ -1,9 +1,11 @@
 """Audit record / window result schema evolution, the L estimate, and the D / L / M columns of a window."""
 
+import dataclasses
 import io
 import json
 
 import fastavro
+import pandas as pd
 import pytest
 
 from audit_producer.network_stats import (
@@ -24,6 +26,7 @@ from audit_record import (
     window_result,
 )
 from audit_record.window_result import FINAL
+from spark_streaming.predict import predictable
 from spark_streaming.reconcile import compact, reconcile
 from spark_streaming.window_state import RESULT_COLUMNS
 
@@ -328,3 +331,28 @@ def test_window_results_written_before_unaccounted_decode_with_none():
     now = dict(body, unaccounted=500, unaccounted_unique=1)
     out = codec.decode_object("window_result", _single_object("window_result", {**row, **now}))
     assert (out["unaccounted"], out["unaccounted_unique"]) == (500, 1)
+
+
+def test_a_java_producer_config_has_no_batch_num_messages_and_v8_records_still_decode():
+    """Audit record v9: ``batch_num_messages`` nullable (Java batches by bytes: ``batch_size_bytes``)."""
+    java = dataclasses.replace(
+        _record().producer_config, batch_num_messages=None, batch_size_bytes=16_384, acks="all"
+    )
+    rec = _record(producer_config=java)
+    assert decode(encode(rec)).producer_config == java
+    body = _record().to_avro()
+    del body["producer_config"]["batch_size_bytes"]  # the v8 writer has no such field
+    old = decode(_single_object("audit_record.v8", body))
+    assert old.producer_config is not None
+    assert (old.producer_config.batch_num_messages, old.producer_config.batch_size_bytes) == (4, None)
+
+
+def test_windows_without_batch_num_messages_get_no_prediction_and_are_no_training_examples():
+    row = {"kind": "result", "state": "final", "sent": 1_000, "acks": "all", "previous_tier": "producer"}
+    rows = pd.DataFrame(
+        [
+            {**row, "batch_num_messages": 4, "message_timeout_ms": 300_000},
+            {**row, "batch_num_messages": None, "message_timeout_ms": 120_000},  # a Java producer
+        ]
+    )
+    assert predictable(rows).tolist() == [True, False]

@@ -526,7 +526,10 @@ def test_live_comparison_and_training_take_the_first_tier_only():
     from predictor.training_store import skip_reason
     from spark_streaming.predict import predictable
 
-    rows = [dict(r, kind="result", acks="all", sent=1000) for r in _tier_results()]
+    rows = [
+        dict(r, kind="result", acks="all", batch_num_messages=4, message_timeout_ms=300_000, sent=1000)
+        for r in _tier_results()
+    ]
     frame = pd.DataFrame(rows)
     assert list(predictable(frame)) == [True, False, False]
     assert list(predictable(frame.drop(columns=["previous_tier"]))) == [True, True, True]  # old rows

@@ -76,6 +76,8 @@ def test_eligible_window_has_no_skip_reason():
     ("values", "reason"),
     [
         ({"acks": None}, "no_producer_config"),
+        ({"batch_num_messages": None}, "unmapped_config"),  # a Java producer: batches by bytes
+        ({"message_timeout_ms": None}, "unmapped_config"),
         ({"packet_loss_pct_est": None}, "unknown_loss"),
         ({"packet_loss_pct_est": float("nan")}, "unknown_loss"),
         ({"delay_ms_est": None}, "unknown_delay"),

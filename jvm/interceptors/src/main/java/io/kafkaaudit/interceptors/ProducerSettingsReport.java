@@ -14,9 +14,9 @@ import org.apache.kafka.clients.producer.ProducerConfig;
  * {@code enable.idempotence}, {@code linger.ms}, {@code delivery.timeout.ms} (librdkafka's
  * {@code message.timeout.ms}: the bound after which a record fails), {@code retries}
  * ({@code message.send.max.retries}), {@code retry.backoff.ms}. {@code batch.num.messages} has no Java
- * counterpart ({@code batch.size} is bytes): while the schema's {@code batch_num_messages} is a non-null
- * int, {@code producer_config} is sent null rather than a made-up count; once the schema lets it be null it
- * is sent with it null (and {@code batch_size_bytes} where the schema has that field).
+ * counterpart ({@code batch.size} is bytes): it is sent null (audit record v9) with {@code batch_size_bytes};
+ * against a schema before v9, where {@code batch_num_messages} is a non-null int, {@code producer_config} is
+ * sent null rather than a made-up count.
  *
  * @param acks canonical acks: "0", "1" or "all"
  * @param enableIdempotence enable.idempotence as the client runs it
