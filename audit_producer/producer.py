@@ -326,17 +326,8 @@ class AuditedProducer(ProducerStatus, InnerProducerMethods):
                 self._stamps = self._stamp_block(seq)
             # Callables held in instance attributes are called through locals: CPython 3.11 specialises
             # LOAD_ATTR for them, but not the LOAD_METHOD that self._produce(...) would compile to.
-            produce = self._produce
-            produce(
-                topic,
-                value,
-                key,
-                partition,
-                self._hot_report,
-                None,
-                now,
-                [(self._stamp_key, self._stamps[low])],
-            )
+            produce, stamp = self._produce, [(self._stamp_key, self._stamps[low])]
+            produce(topic, value, key, partition, self._hot_report, None, now, stamp)
             self._seq = seq
             if value is not None:
                 self._hot_bytes += len(value)
