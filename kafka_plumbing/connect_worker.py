@@ -38,7 +38,7 @@ from pathlib import Path
 from kafka_plumbing.cluster_ports import free_port
 from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.jvm import classpath, java_executable
-from kafka_plumbing.processes import pid_alive
+from kafka_plumbing.processes import log_tail, pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,8 @@ class ConnectWorker:
         waiting = "the REST API"
         while time.monotonic() < deadline:
             if not self.running:
-                raise ConnectError(f"the Connect worker exited during start-up; log tail:\n{self._tail()}")
+                tail = log_tail(self.log_path)
+                raise ConnectError(f"the Connect worker exited during start-up; log tail:\n{tail}")
             pending = []
             for name in self.connectors:
                 st = self.status(name)
@@ -202,12 +203,6 @@ class ConnectWorker:
             waiting = ", ".join(pending)
             time.sleep(0.5)
         raise ConnectError(f"Connect worker not ready after {timeout_s:.0f} s (waiting for {waiting})")
-
-    def _tail(self, chars: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-chars:]
-        except OSError:
-            return "(no log)"
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop the worker: SIGTERM (tasks stop, producers close, offsets flush), then SIGKILL."""

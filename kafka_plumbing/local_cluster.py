@@ -46,7 +46,7 @@ from kafka_plumbing.cluster_nodes import SCRAM_MECHANISMS, Node, SaslSslListener
 from kafka_plumbing.cluster_ports import HOST, free_port, plan_ports, port_is_free
 from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.jvm import java_executable
-from kafka_plumbing.processes import pid_alive
+from kafka_plumbing.processes import log_tail, pid_alive
 
 #: The Prometheus configuration ``start`` writes into the data directory.
 PROMETHEUS_CONFIG = "prometheus.yml"
@@ -376,7 +376,7 @@ class KafkaCluster:
         while time.monotonic() < deadline:
             for node in self.nodes:
                 if node.pid is None or not pid_alive(node.pid):
-                    tail = (self._node_dir(node) / "server.log").read_text(errors="replace")[-3000:]
+                    tail = log_tail(self._node_dir(node) / "server.log")
                     raise ClusterError(f"kafka node {node.node_id} exited during start-up; log tail:\n{tail}")
             try:
                 md = admin.list_topics(timeout=2)

@@ -43,7 +43,7 @@ from typing import Any
 
 from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.jvm import classpath, java_executable
-from kafka_plumbing.processes import pid_alive
+from kafka_plumbing.processes import log_tail, pid_alive
 from kafka_plumbing.replication import ReplicationNaming, ReplicationPolicy
 
 log = logging.getLogger(__name__)
@@ -313,9 +313,8 @@ class MirrorMaker:
         try:
             while time.monotonic() < deadline:
                 if not self.running:
-                    raise MirrorError(
-                        f"MirrorMaker {self.flow} exited during start-up; log tail:\n{self._tail()}"
-                    )
+                    tail = log_tail(self.log_path)
+                    raise MirrorError(f"MirrorMaker {self.flow} exited during start-up; log tail:\n{tail}")
                 try:
                     md = consumer.list_topics(timeout=5).topics
                     beats = _heartbeats(consumer, md)
@@ -333,12 +332,6 @@ class MirrorMaker:
         raise MirrorError(
             f"MirrorMaker {self.flow} not replicating after {timeout_s:.0f} s (waiting for {missing})"
         )
-
-    def _tail(self, chars: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-chars:]
-        except OSError:
-            return "(no log)"
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop MM2 by PID: SIGTERM (connectors stop, offsets flush), then SIGKILL after ``timeout_s``."""

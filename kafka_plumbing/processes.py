@@ -1,4 +1,7 @@
-"""Whether a process still runs, by PID: one rule for the local cluster, ``up`` and the testbed."""
+"""Processes the project starts: whether one still runs (by PID), and the tail of its log.
+
+One rule for the local cluster, MirrorMaker 2, the Connect worker, ``up`` and the testbed.
+"""
 
 from __future__ import annotations
 
@@ -37,3 +40,14 @@ def pid_alive(pid: int) -> bool:
     # Field 3 (state) follows the command name in parentheses, which may itself hold ")" (proc(5)).
     fields = stat.rpartition(")")[2].split()
     return not fields or fields[0] != "Z"
+
+
+def log_tail(path: Path, chars: int = 3000) -> str:
+    """Return the last ``chars`` characters of a process's log file (``(no log)`` if it cannot be read).
+
+    For error messages about a process that exited during start-up; undecodable bytes are replaced.
+    """
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return "(no log)"
