@@ -37,8 +37,11 @@ final class ProducerWindow {
     volatile State state = State.OPEN;
     final Map<Integer, Partition> partitions = new HashMap<>();
     final LatencyHistogram latency = new LatencyHistogram();
-    private Partition lastPartition;
-    private int lastPartitionId = Integer.MIN_VALUE;
+    /** {@link #partitions} by partition id + 1 (0: unassigned, -1), for ids below {@link #DIRECT_PARTITIONS}. */
+    private Partition[] direct = new Partition[8];
+
+    /** Partition ids (+ 1) below this are found by index on the acknowledgement path, without hashing. */
+    static final int DIRECT_PARTITIONS = 4096;
 
     ProducerWindow(String topic, long start, long windowMs, short slot) {
         this.topic = topic;
@@ -49,12 +52,19 @@ final class ProducerWindow {
 
     /** @return the counts of a partition (-1: the message failed before it was assigned one) */
     Partition partition(int p) {
-        if (p == lastPartitionId) {
-            return lastPartition;
+        int i = p + 1;
+        Partition[] d = direct;
+        if (i >= 0 && i < d.length && d[i] != null) {
+            return d[i];
         }
         Partition out = partitions.computeIfAbsent(p, k -> new Partition());
-        lastPartition = out;
-        lastPartitionId = p;
+        if (i >= 0 && i < DIRECT_PARTITIONS) {
+            if (i >= d.length) {
+                d = java.util.Arrays.copyOf(d, Math.min(DIRECT_PARTITIONS, Math.max(i + 1, d.length * 2)));
+                direct = d;
+            }
+            d[i] = out;
+        }
         return out;
     }
 
