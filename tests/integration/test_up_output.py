@@ -69,6 +69,12 @@ def test_up_without_a_terminal_prints_the_closing_table_once_and_nothing_after_i
     assert "provisional window result(s) on 1 topic(s)" in text  # progress lines instead of live frames
     assert "Connection refused" not in text and "|FAIL|" not in text, text
     assert time.monotonic() - started < 200
+    # Issue 37: every window of the demo is final by proof within 2 trigger intervals (2 s) after its end
+    # + the watermark delay (5 s), not message.timeout.ms + 5 s after it (examples/demo.toml).
+    finals = [r for r in map(json.loads, (tmp_path / "results.jsonl").open()) if r["state"] == "final"]
+    assert finals and all(r["final_rule"] == "proof" for r in finals), finals
+    late = [(r["window_start_ms"], r["result_at_ms"] - r["window_end_ms"]) for r in finals]
+    assert all(after <= 5_000 + 2 * 2_000 for _, after in late), late
 
 
 def _status(env: dict[str, str], pid: int) -> dict[str, Any] | None:
