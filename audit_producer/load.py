@@ -50,6 +50,9 @@ class LoadResult:
         producer_ids: Every producer instance id that sent (the first is ``producer_id``; more when the
             load followed a ``producers`` hint).
         max_producers: The most producers that ran at once.
+        started_at_ms: Wall clock when the load's clock started (after the producer's check), ms since
+            the epoch UTC: no message has an earlier CreateTime.
+        ended_at_ms: Wall clock when the last message was offered (before the producers closed), ms.
     """
 
     produced: int
@@ -61,6 +64,8 @@ class LoadResult:
     control_version: int | None = None
     producer_ids: list[str] = field(default_factory=list)
     max_producers: int = 1
+    started_at_ms: int | None = None
+    ended_at_ms: int | None = None
 
     @property
     def offered(self) -> int:
@@ -280,6 +285,7 @@ def run_load(
     values = itertools.cycle(pool)
     offered = handed = lost = 0
     t0 = time.monotonic()
+    started_at_ms = time.time_ns() // 1_000_000
     pace = _Pace(rate if rate > 0 else 0.0, t0)
     end = t0 + duration_s if duration_s is not None else float("inf")
     limit = count if count is not None else 1 << 62
@@ -336,6 +342,7 @@ def run_load(
                 progress(handed)
                 next_report = now + 0.1
     finally:
+        ended_at_ms = time.time_ns() // 1_000_000
         group.close()
     if progress is not None:
         progress(handed)
@@ -350,4 +357,6 @@ def run_load(
         control_version=producer.active_control_version,
         producer_ids=[p.producer_id for p in every],
         max_producers=group.most,
+        started_at_ms=started_at_ms,
+        ended_at_ms=ended_at_ms,
     )

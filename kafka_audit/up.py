@@ -176,7 +176,6 @@ class Platform:
             snapshot_interval_ms=min(5_000, s.window_ms // 2),
             delivery_reports="all",  # the offsets acknowledged: windows final by proof (invariant 8)
         )
-        start = time.time_ns() // 1_000_000
         result = run_load(
             client_config(
                 {"bootstrap.servers": self.bootstrap, "client.id": f"up-{s.scenario}", **s.producer_config},
@@ -189,7 +188,10 @@ class Platform:
             audit=audit,
             stop=self.stop_event,
         )
-        end = start + int(result.seconds * 1000)
+        # The windows of the load's messages: from its clock's start (after the producer's check, which
+        # may take seconds) to its last message, not from when run_load was called.
+        now = time.time_ns() // 1_000_000
+        start, end = result.started_at_ms or now, result.ended_at_ms or now
         w = s.window_ms
         self.load_windows = {(s.scenario_topic, t) for t in range(start - start % w, end + 1, w)}
         self.load_done = True
