@@ -10,7 +10,6 @@ import org.apache.kafka.clients.consumer.ConsumerInterceptor;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.header.Header;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -53,24 +52,7 @@ public class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor<K, V>
         Object cid = configs.get("client.id");
         String clientId = cid == null || cid.toString().isBlank() ? "consumer-" + group : cid.toString();
         writer = new AuditTopicWriter(configs, settings, clientId + ".kafka-audit", metrics);
-        AuditTopicWriter w = writer;
-        ProducerAuditor.Sink sink = new ProducerAuditor.Sink() {
-            @Override
-            public boolean send(String topic, byte[] key, byte[] value, long ts, Iterable<Header> headers,
-                    AuditTopicWriter.Outcome outcome) {
-                return w.send(topic, key, value, ts, headers, outcome);
-            }
-
-            @Override
-            public void flush(Duration timeout) {
-                w.flush(timeout);
-            }
-
-            @Override
-            public void close(Duration timeout) {
-                w.close(timeout);
-            }
-        };
+        ProducerAuditor.Sink sink = writer; // the audit topic writer is the auditor's sink
         StateTopicReader reader = new StateTopicReader(configs, settings, clientId + ".kafka-audit-state", Duration.ofSeconds(30));
         auditor = new ConsumerAuditor(settings, group, sink, reader::read, System::currentTimeMillis, metrics);
         metrics.register("AuditConsumerInterceptor", clientId);

@@ -57,24 +57,7 @@ public class AuditProducerInterceptor<K, V> implements ProducerInterceptor<K, V>
         Object cid = configs.get("client.id");
         String clientId = cid == null || cid.toString().isBlank() ? "producer" : cid.toString();
         writer = new AuditTopicWriter(configs, settings, clientId + ".kafka-audit", metrics);
-        AuditTopicWriter w = writer;
-        ProducerAuditor.Sink sink = new ProducerAuditor.Sink() {
-            @Override
-            public boolean send(String topic, byte[] key, byte[] value, long ts, Iterable<Header> headers,
-                    AuditTopicWriter.Outcome outcome) {
-                return w.send(topic, key, value, ts, headers, outcome);
-            }
-
-            @Override
-            public void flush(Duration timeout) {
-                w.flush(timeout);
-            }
-
-            @Override
-            public void close(Duration timeout) {
-                w.close(timeout);
-            }
-        };
+        ProducerAuditor.Sink sink = writer; // the audit topic writer is the auditor's sink
         long now = System.currentTimeMillis();
         auditor = new ProducerAuditor(settings, ProducerIdentity.of(clientId, now), ProducerSettingsReport.of(configs),
                 sink, System::currentTimeMillis, metrics);

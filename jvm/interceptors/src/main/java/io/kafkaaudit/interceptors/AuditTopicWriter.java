@@ -22,7 +22,7 @@ import org.slf4j.LoggerFactory;
  * A failed send is counted ({@link InterceptorMetrics#getSnapshotFailures()}) and reported to the caller's
  * callback, which marks the window to be sent again: snapshots are cumulative, so a later one heals it.
  */
-public final class AuditTopicWriter implements AutoCloseable {
+public final class AuditTopicWriter implements AutoCloseable, ProducerAuditor.Sink {
     private static final Logger LOG = LoggerFactory.getLogger(AuditTopicWriter.class);
 
     /** Outcome of one send: {@code ok} or not, on the audit producer's I/O thread. */
@@ -74,6 +74,7 @@ public final class AuditTopicWriter implements AutoCloseable {
      *
      * @return false if it could not even be handed to the producer (then {@code outcome} is called with false too)
      */
+    @Override
     public boolean send(String topic, byte[] key, byte[] value, long timestampMs, Iterable<Header> headers, Outcome outcome) {
         Producer<byte[], byte[]> p;
         try {
@@ -124,6 +125,7 @@ public final class AuditTopicWriter implements AutoCloseable {
     }
 
     /** Wait until every record sent so far is acknowledged or failed, at most {@code timeout}. */
+    @Override
     public void flush(Duration timeout) {
         Producer<byte[], byte[]> p;
         synchronized (this) {
@@ -143,6 +145,7 @@ public final class AuditTopicWriter implements AutoCloseable {
     }
 
     /** Close the producer, waiting at most {@code timeout} for what it holds. */
+    @Override
     public void close(Duration timeout) {
         Producer<byte[], byte[]> p;
         synchronized (this) {
