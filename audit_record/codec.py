@@ -45,8 +45,10 @@ WRITER_VERSIONS: dict[str, tuple[str, ...]] = {
     # v3: before final_wait_ms (adaptive finality) and the tier fields (tier_rank ... tier_lag_ms);
     # v4: before the per-partition breakdown (partitions: attribution); v5: before tcp_timeout_pct_est;
     # v6: before unaccounted and unaccounted_unique (stamps naming no reporting producer, issue 36);
-    # v7: before final_rule and waiting_for (finality by proof, issue 37)
+    # v7: before final_rule and waiting_for (finality by proof, issue 37); v8: before producers_accounted,
+    # suggestion_loco_mae_p_loss and suggestion_calibrated (issue 39)
     "window_result": (
+        "window_result.v8",
         "window_result.v7",
         "window_result.v6",
         "window_result.v5",

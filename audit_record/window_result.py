@@ -141,8 +141,11 @@ SUGGESTION_FIELDS: tuple[str, ...] = (
     "suggested_p_loss",
     "suggested_gamma",
     "suggestion_meets_target",
+    "suggestion_loco_mae_p_loss",
+    "suggestion_calibrated",
 )
-"""The configuration suggestion: in words, the new value per property, and what the model predicts."""
+"""The configuration suggestion: in words, the new value per property, what the model predicts, and how
+sure it is (its counterfactual score; calibrated or not for such a change, issue 39)."""
 
 TIER_FIELDS: tuple[str, ...] = (
     "tier_rank",

@@ -312,7 +312,8 @@ def reconcile(
     snapshots were lost, a client that copies headers, a garbled or forged stamp) are ``unaccounted``
     (messages; ``unaccounted_unique``: their distinct stamps per partition, summed): in ``received``
     (every message the tier consumed = unique + duplicated + unaudited + unaccounted), never in sent,
-    unique, duplicated or lost (issue 36). The network
+    unique, duplicated or lost (issue 36). ``producers_accounted``: the producers of which a snapshot says
+    the window is accounted for (the control loop's rule for deciding from a provisional result). The network
     estimates of the predictor's inputs (Eq. 1): ``delay_ms_est`` D = the producers' mean smallest
     broker RTT of the window (``rtt_min_ms``, ms: the delay the network adds to a round trip, as NetEm's
     delay on the producer's interface adds it in the paper's Sec. V; :func:`delay_estimate_ms`),
@@ -365,6 +366,7 @@ def reconcile(
                 stale=sum(s["stale"] for s in mine),
                 unaudited=sum(s["unaudited"] for s in mine),
                 producers=len(sent_by),
+                producers_accounted=len({s["producer_id"] for s in producers if s.get("accounted")}),
                 unaudited_producers=len({s["producer_id"] for s in unaccounted}),
                 unaccounted=sum(s["received"] for s in unaccounted),
                 unaccounted_unique=sum(s["unique"] for s in unaccounted),
