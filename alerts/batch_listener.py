@@ -41,6 +41,8 @@ from alerts.sinks.base import AlertSink
 from alerts.state_file import AlertStateFile
 
 if TYPE_CHECKING:
+    from alerts.slo_evaluation import SloEvaluator
+    from alerts.slo_settings import SloSettings
     from spark_streaming.job import ReconciliationJob
     from spark_streaming.settings import SparkJobSettings
 
@@ -59,6 +61,8 @@ class AlertPipeline:
             (default: a new private one, see :attr:`metrics`).
         sinks: Override the sinks ``settings`` configure (tests, custom destinations).
         state_path: JSON file of the pipeline's state (None: in memory only); see the module docstring.
+        slo: The in-job SLO evaluation (:mod:`alerts.slo_evaluation`), judged after the rules on every
+            micro-batch; its alerts go through the same sinks, its state into the same file (None: none).
     """
 
     def __init__(
@@ -67,9 +71,11 @@ class AlertPipeline:
         registry: CollectorRegistry | None = None,
         sinks: Sequence[AlertSink] | None = None,
         state_path: Path | None = None,
+        slo: SloEvaluator | None = None,
     ) -> None:
         self.settings = settings or AlertSettings()
         self.engine = AlertEngine(self.settings)
+        self.slo = slo
         self.metrics = AlertMetrics(registry if registry is not None else CollectorRegistry())
         if sinks is None:
             self.dispatcher = Dispatcher.from_settings(self.settings, self.metrics)
@@ -89,8 +95,13 @@ class AlertPipeline:
         except ValueError as exc:
             state_file.set_aside(str(exc))
             return
+        if self.slo is not None and "slo" in saved.engine:
+            try:
+                self.slo.restore(saved.engine["slo"])
+            except ValueError as exc:
+                log.warning("SLO alert state not restored from %s: %s", state_file.path, exc)
         self.dispatcher.restore_pending(saved.pending)
-        self._resend = self.engine.firing()
+        self._resend = self._firing()
         self.metrics.update_firing(self._resend)
         log.info(
             "alert state restored from %s: %d firing, %d undelivered event(s)",
@@ -112,18 +123,27 @@ class AlertPipeline:
             The events of this evaluation (firing / resolved).
         """
         now = int(time.time() * 1000) if now_ms is None else now_ms
+        results = list(results)
         events = self.engine.observe(results, now)
+        if self.slo is not None:
+            events.extend(self.slo.observe(results, now))
         self.metrics.count_events(events)
-        self.metrics.update_firing(self.engine.firing())
+        self.metrics.update_firing(self._firing())
         resend, self._resend = self._resend, []
         self.dispatcher.dispatch([*resend, *events], now)
         self._save()
         return events
 
+    def _firing(self) -> list[AlertEvent]:
+        return self.engine.firing() + (self.slo.firing() if self.slo is not None else [])
+
     def _save(self) -> None:
         if self.state_file is not None:
+            state = self.engine.to_state()
+            if self.slo is not None:
+                state["slo"] = self.slo.to_state()
             try:
-                self.state_file.save(self.engine.to_state(), self.dispatcher.pending_events())
+                self.state_file.save(state, self.dispatcher.pending_events())
             except OSError as exc:  # alerting goes on; a restart would then resume from an older state
                 log.error("alert state not saved to %s: %s", self.state_file.path, exc)
 
@@ -231,7 +251,9 @@ def job_emit_delay_ms(s: SparkJobSettings) -> int:
     return s.heartbeat_ms + s.watermark_delay_ms + 3 * s.trigger_ms
 
 
-def attach_to_job(job: ReconciliationJob, settings: AlertSettings) -> AlertPipeline:
+def attach_to_job(
+    job: ReconciliationJob, settings: AlertSettings, slo: SloSettings | None = None
+) -> AlertPipeline:
     """Evaluate the alert rules on every micro-batch of ``job``; call before ``job.start()``.
 
     The alerts topic goes to the job's cluster, with the job's security settings, unless
@@ -243,7 +265,10 @@ def attach_to_job(job: ReconciliationJob, settings: AlertSettings) -> AlertPipel
     resumes with the query; ``job.stop()`` closes the sinks. The predictor's model decisions
     (``job.decision_listeners``) become events of the alerts topic (:meth:`AlertPipeline.on_decision`),
     the control loop's decisions (``job.control_listeners``) events of the alerts topic and info alerts
-    in Alertmanager (:meth:`AlertPipeline.on_control`).
+    in Alertmanager (:meth:`AlertPipeline.on_control`). With ``slo`` the SLOs are evaluated in the job
+    too (:mod:`alerts.slo_evaluation`: gauges in the job's registry, burn-rate alerts through the same
+    sinks), starting from the final windows of the longest compliance period in the job's Parquet
+    results.
 
     Returns:
         The pipeline, registered as a listener on the job's metrics registry.
@@ -268,11 +293,23 @@ def attach_to_job(job: ReconciliationJob, settings: AlertSettings) -> AlertPipel
                 flush_timeout_ms=settings.kafka_flush_timeout_ms,
             ),
         )
+    evaluator = None
+    if slo is not None:
+        from alerts.slo_evaluation import SloEvaluator
+        from alerts.slo_status import read_parquet_results
+
+        url = str(settings.generator_url) if settings.generator_url else None
+        evaluator = SloEvaluator(slo, job.metrics.registry, generator_url=url)
+        now = int(time.time() * 1000)
+        if job.s.parquet_dir.is_dir():
+            loaded = evaluator.load(read_parquet_results(job.s.parquet_dir, now - evaluator.keep_ms), now)
+            log.info("SLO evaluation: %d final window(s) read back from %s", loaded, job.s.parquet_dir)
     pipeline = AlertPipeline(
         settings,
         registry=job.metrics.registry,
         sinks=sinks,
         state_path=job.s.checkpoint_dir / ALERT_STATE_FILE,
+        slo=evaluator,
     )
     job.listeners.append(pipeline.on_batch)
     job.decision_listeners.append(pipeline.on_decision)
