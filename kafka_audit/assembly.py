@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from alerts.batch_listener import AlertPipeline
     from alerts.settings import AlertSettings
+    from alerts.slo_settings import SloSettings
     from control_loop.loop import ControlLoop
     from control_loop.settings import ControlSettings
     from spark_streaming.job import ReconciliationJob, ResultListener
@@ -45,6 +46,7 @@ def build_audit_job(
     control: ControlSettings | None,
     listeners: Iterable[ResultListener] = (),
     control_listeners: Iterable[Callable[[dict[str, Any]], None]] = (),
+    slo: SloSettings | None = None,
 ) -> AssembledJob:
     """Build the reconciliation job from its settings, with its alert pipeline and control loop.
 
@@ -61,6 +63,8 @@ def build_audit_job(
             the alert pipeline and the control loop.
         control_listeners: Called with each decision of the control loop (a dict), after the alert
             pipeline's.
+        slo: The SLOs the alert pipeline evaluates in the job (budget and burn-rate gauges, burn-rate
+            alerts: :mod:`alerts.slo_evaluation`); None: none (ignored without an alert pipeline).
 
     Returns:
         The job and what is attached to it.
@@ -70,7 +74,7 @@ def build_audit_job(
     from spark_streaming.job import ReconciliationJob
 
     job = ReconciliationJob(settings, listeners=list(listeners))
-    pipeline = attach_alerts(job, alerts) if alerts is not None else None
+    pipeline = attach_alerts(job, alerts, slo=slo) if alerts is not None else None
     loop = attach_control(job, control) if control is not None else None
     job.control_listeners.extend(control_listeners)
     return AssembledJob(job=job, alerts=pipeline, control=loop)

@@ -418,6 +418,13 @@ def spark_job(
     alerts: Annotated[
         bool, typer.Option(help="Evaluate the alert rules (alerts topic, Alertmanager, webhook).")
     ] = True,
+    slo: Annotated[
+        bool,
+        typer.Option(
+            help="Evaluate the SLOs in the job (KAFKA_AUDIT_SLO_*, default 99.99% complete over 30 days): "
+            "budget and burn-rate metrics, burn-rate alerts through the alert sinks. Needs --alerts."
+        ),
+    ] = True,
     alertmanager_url: AlertmanagerUrl = None,
     webhook_url: WebhookUrl = None,
     gamma_target: GammaTarget = None,
@@ -440,6 +447,7 @@ def spark_job(
 ) -> None:
     """Run only the Spark job (audit topic -> results, Parquet, Prometheus, alerts, control loop)."""
     from alerts.settings import load_settings
+    from alerts.slo_settings import load_slo_settings
     from control_loop.settings import load_control_settings
     from kafka_audit.assembly import build_audit_job
 
@@ -472,6 +480,7 @@ def spark_job(
             if alerts
             else None
         )
+        slo_settings = load_slo_settings() if alerts and slo else None
         control_settings = load_control_settings(mode=control)
         # bootstrap servers: -b, else KAFKA_AUDIT_SPARK_BOOTSTRAP_SERVERS, else the local cluster's
         settings = build_settings(SparkJobSettings, given, fallbacks={"bootstrap_servers": local_bootstrap})
@@ -484,6 +493,7 @@ def spark_job(
         settings,
         alerts=alert_settings,
         control=control_settings,
+        slo=slo_settings,
         listeners=[
             lambda b, rows: console.print(
                 f"batch {b}: {sum(r['state'] == 'final' for r in rows)} final, "

@@ -128,7 +128,11 @@ class Platform:
         )
         self._spawn("audit-consumer", self.consumer.run, self.stop_event, required=True)
         self.job = build_audit_job(
-            self.job_settings(bootstrap), alerts=s.alerts, control=s.control, listeners=[self._on_results]
+            self.job_settings(bootstrap),
+            alerts=s.alerts,
+            control=s.control,
+            listeners=[self._on_results],
+            slo=s.slo,
         ).job
         with self._step(f"starting Spark ({s.master}) ..."):
             self.job.start()

@@ -60,8 +60,8 @@ def captured_job(monkeypatch):
         def stop(self):
             Job.stopped = True
 
-    def fake_build(settings, *, alerts, control, listeners=(), control_listeners=()):
-        seen.update(settings=settings, alerts=alerts, control=control, listeners=list(listeners))
+    def fake_build(settings, *, alerts, control, listeners=(), control_listeners=(), slo=None):
+        seen.update(settings=settings, alerts=alerts, control=control, listeners=list(listeners), slo=slo)
         return SimpleNamespace(job=Job(), alerts=None, control=None)
 
     monkeypatch.setattr(kafka_audit.assembly, "build_audit_job", fake_build)
@@ -114,7 +114,7 @@ def test_spark_job_command_line_beats_the_environment(monkeypatch, tmp_path, cap
     s = captured_job["settings"]
     assert (s.grace_ms, s.master, s.bootstrap_servers) == (45_000, "local[4]", "127.0.0.1:29")
     assert s.checkpoint_dir == tmp_path / "c2" and s.clusters == ["X"]
-    assert captured_job["alerts"] is None
+    assert captured_job["alerts"] is None and captured_job["slo"] is None  # no SLO alerts without alerts
     assert captured_job["control"].mode == "apply"
 
 
@@ -125,6 +125,7 @@ def test_spark_job_defaults_come_from_the_settings_model(monkeypatch, captured_j
     for field in ("grace_ms", "master", "trigger_ms", "watermark_delay_ms", "checkpoint_dir", "metrics_port"):
         assert getattr(s, field) == SparkJobSettings.model_fields[field].default, field
     assert s.clusters == ["local"]
+    assert [slo.name for slo in captured_job["slo"].slos()] == ["completeness"]  # evaluated in the job
 
 
 def test_spark_job_invalid_environment_is_a_clear_error(monkeypatch, captured_job):
