@@ -25,8 +25,11 @@ field              value
 ``numbers``        ``predicted_gamma_before``, ``predicted_gamma_after``, ``measured_gamma_before``,
                    ``measured_gamma_after``, ``gamma_target`` (0-1), ``packet_loss_pct`` (L, percent),
                    ``delay_ms`` (D, ms), ``version``, and ``from_<property>`` / ``to_<property>`` of the
-                   numeric properties (``acks`` as 0, 1, -1 for all)
-``suggestion``     the change in words, e.g. ``batch.num.messages 1→4``
+                   numeric properties (``acks`` as 0, 1, -1 for all); for a change or advice how sure the
+                   suggestion is (issue 39): ``suggestion_loco_mae_p_loss`` (the model's counterfactual
+                   MAE(P_l)) and ``suggestion_calibrated`` (1, or 0: uncalibrated)
+``suggestion``     the change in words, e.g. ``batch.num.messages 1→4``; for a change or advice with how
+                   sure it is, e.g. ``batch.num.messages 1→4 (uncalibrated: no counterfactual score)``
 ``summary``        one line: group, what, gamma before → after
 ``description``    the decision's detail with L and D
 =================  ==============================================================================
@@ -53,6 +56,7 @@ from alerts.event import (
     CONFIG_ROLLED_BACK,
     AlertEvent,
 )
+from control_loop.decide import confidence_words
 
 CONTROL_TIER_PREFIX = "control:"
 """``tier`` of a control-loop event: ``control:<group>``."""
@@ -133,6 +137,7 @@ def control_event(decision: Mapping[str, Any], generator_url: str | None = None)
         "packet_loss_pct",
         "delay_ms",
         "version",
+        "suggestion_loco_mae_p_loss",
     ):
         if (n := _number(decision.get(key))) is not None:
             numbers[key] = n
@@ -145,6 +150,10 @@ def control_event(decision: Mapping[str, Any], generator_url: str | None = None)
     which = "predicted" if predicted else "measured"
     before, after = numbers.get(f"{which}_gamma_before"), numbers.get(f"{which}_gamma_after")
     changes = _changes(decision)
+    suggestion = changes
+    if predicted and decision.get("suggestion_calibrated") is not None:  # a decision on a suggestion
+        numbers["suggestion_calibrated"] = 1.0 if decision["suggestion_calibrated"] else 0.0
+        suggestion = f"{changes} ({confidence_words(decision)})" if changes else changes
     version = decision.get("version")
     what = {
         "change": f"configuration v{version} written",
@@ -173,7 +182,7 @@ def control_event(decision: Mapping[str, Any], generator_url: str | None = None)
         value=after,
         threshold=before,
         numbers=numbers,
-        suggestion=changes or None,
+        suggestion=suggestion or None,
         generator_url=generator_url,
     )
 

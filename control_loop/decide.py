@@ -7,7 +7,10 @@ Per producer group, from the newest final window results (``docs/DESIGN.md``, "C
   ``delay_ms_est`` in ms), the cluster tier's measured R_l, R_d and gamma (``gamma_actual``, Eq. 2),
   the predicted gamma of the current configuration (``gamma_predicted``) and the suggestion
   (``suggested_*``, ``suggested_gamma``). There is no producer-tier result row, so the controller reads
-  the cluster-tier rows: only final ones with a measured gamma (the live comparison ran). A topic
+  the cluster-tier rows with a measured gamma (the live comparison ran): final ones, and provisional ones
+  whose counts settled (:mod:`control_loop.provisional`: every producer accounted for the window and the
+  tier holds every acknowledged message; the loop predicts those for the controller), so a change comes
+  within seconds of the window that asks for it, not after the window's timeout rule. A topic
   belongs to the group ``ControlSettings.group_of(topic)``. When several rows of a group end at the
   same time (several cluster tiers, several topics of the group), the one with the lowest measured
   gamma stands for the window (the worst served tier decides). Windows are taken once each, in
@@ -53,6 +56,7 @@ from statistics import fmean, pvariance
 from typing import Any, Literal
 
 from audit_record import window_result
+from control_loop import provisional
 from control_loop.config import GroupConfig
 from control_loop.controller_state import ControllerState, Evaluation, GroupState
 from control_loop.settings import ControlSettings
@@ -116,6 +120,10 @@ class ControlDecision:
         packet_loss_pct: L measured by the producers in the deciding window, percent 0-100.
         delay_ms: D, ms.
         topic, tier, window_start_ms, window_end_ms: The deciding window result (None if none).
+        window_state: Its state when decided on: ``final``, or ``provisional`` (settled).
+        suggestion_loco_mae_p_loss: The counterfactual MAE(P_l) of the model that made the window's
+            suggestion (fraction; None: no score), for ``change``, ``advice`` and ``held``.
+        suggestion_calibrated: False: that model was never scored on such a change ("uncalibrated").
     """
 
     group: str
@@ -138,6 +146,9 @@ class ControlDecision:
     tier: str | None = None
     window_start_ms: int | None = None
     window_end_ms: int | None = None
+    window_state: str | None = None
+    suggestion_loco_mae_p_loss: float | None = None
+    suggestion_calibrated: bool | None = None
 
     @property
     def writes(self) -> bool:
@@ -178,6 +189,20 @@ def measurement_noise(before: list[float], after: list[float], floor: float) -> 
     return max(floor, NOISE_Z * math.sqrt(var_of_mean(before) + var_of_mean(after)))
 
 
+def confidence_words(row: Mapping[str, Any]) -> str:
+    """Return how sure the window's suggestion is, in words (``predictor.confidence.Confidence.words``).
+
+    ``counterfactual MAE(P_l) 0.031`` (scored on such a configuration), ``uncalibrated: counterfactual
+    MAE(P_l) 0.031 on other configurations``, or ``uncalibrated: no counterfactual score``.
+    """
+    score = _number(row.get("suggestion_loco_mae_p_loss"))
+    if score is not None and row.get("suggestion_calibrated"):
+        return f"counterfactual MAE(P_l) {score:.3f}"
+    if score is not None:
+        return f"uncalibrated: counterfactual MAE(P_l) {score:.3f} on other configurations"
+    return "uncalibrated: no counterfactual score"
+
+
 def _fmt(x: float | None, spec: str = ".3f") -> str:
     return "?" if x is None else format(x, spec)
 
@@ -205,18 +230,27 @@ class Controller:
             st = self.state.group(group)
             st.version = max(st.version, int(version))
 
+    def is_new(self, row: Mapping[str, Any]) -> bool:
+        """Return True if ``row``'s window ends after the newest window its group has taken."""
+        if row.get("window_end_ms") is None or not row.get("topic"):
+            return False
+        taken = self.state.groups.get(self.settings.group_of(row["topic"]))
+        last = taken.last_window_end_ms if taken is not None else None
+        return last is None or int(row["window_end_ms"]) > last
+
     def groups_of(self, rows: Iterable[Mapping[str, Any]]) -> set[str]:
         """Return the groups of the topics of ``rows``."""
         return {self.settings.group_of(r["topic"]) for r in rows if r.get("topic")}
 
     def decide(
-        self, final_rows: Iterable[Mapping[str, Any]], now_ms: int, *, kill_switch: bool = False
+        self, rows: Iterable[Mapping[str, Any]], now_ms: int, *, kill_switch: bool = False
     ) -> list[ControlDecision]:
-        """Take new final windows into account and return this round's decisions, by group.
+        """Take new windows into account and return this round's decisions, by group.
 
         Args:
-            final_rows: Window results (rows of other states, without a measured gamma or already taken
-                are ignored).
+            rows: Window results: final ones and settled provisional ones
+                (:func:`control_loop.provisional.windows_by_group`; others, rows without a measured gamma
+                and windows already taken are ignored).
             now_ms: Wall clock, ms since the epoch UTC (dwell time, evaluation timeout, decision time).
             kill_switch: The kill switch is on now (file or environment); ``settings.kill_switch`` counts
                 too. Changes and rollbacks become advice.
@@ -228,21 +262,7 @@ class Controller:
         if s.mode == "off":
             return []
         killed = kill_switch or s.kill_switch
-        by_group: dict[str, dict[int, Mapping[str, Any]]] = {}
-        for row in final_rows:
-            if row.get("state") != window_result.FINAL or _number(row.get("gamma_actual")) is None:
-                continue
-            if row.get("window_end_ms") is None or not row.get("topic"):
-                continue
-            windows = by_group.setdefault(s.group_of(row["topic"]), {})
-            end = int(row["window_end_ms"])
-            held = windows.get(end)
-            if held is None or (row["gamma_actual"], row["topic"], row.get("tier") or "") < (
-                held["gamma_actual"],
-                held["topic"],
-                held.get("tier") or "",
-            ):
-                windows[end] = row
+        by_group = provisional.windows_by_group(rows, s.group_of)
         out: list[ControlDecision] = []
         for group in sorted(by_group):
             st = self.state.group(group)
@@ -451,8 +471,9 @@ class Controller:
 
         def held(reason: str, why: str) -> ControlDecision:
             return self._decision(
-                group, st, row, now_ms, "held", reason, f"{what} held: {why}", current, target, **numbers
-            )
+                group, st, row, now_ms, "held", reason, f"{what} held: {why}", current, target, **numbers,
+                proposal=True,
+            )  # fmt: skip
 
         problems = self.bounds_problems(target)
         if problems:
@@ -479,7 +500,7 @@ class Controller:
             )
         gain = (
             f"predicted gamma {before:.3f}→{after:.3f} "
-            f"(gain {after - before:+.3f} > margin {s.gamma_margin:g})"
+            f"(gain {after - before:+.3f} > margin {s.gamma_margin:g}; {confidence_words(row)})"
         )
         if advise:
             st.last_advice_ms = now_ms
@@ -496,6 +517,7 @@ class Controller:
                 current,
                 target,
                 **numbers,
+                proposal=True,
             )
         st.version += 1
         st.config = target
@@ -522,6 +544,7 @@ class Controller:
             current,
             target,
             **numbers,
+            proposal=True,
         )
 
     def _decision(
@@ -540,6 +563,7 @@ class Controller:
         predicted_after: float | None = None,
         measured_before: float | None = None,
         measured_after: float | None = None,
+        proposal: bool = False,
     ) -> ControlDecision:
         return ControlDecision(
             group=group,
@@ -562,6 +586,9 @@ class Controller:
             tier=row.get("tier"),
             window_start_ms=row.get("window_start_ms"),
             window_end_ms=row.get("window_end_ms"),
+            window_state=row.get("state"),
+            suggestion_loco_mae_p_loss=_number(row.get("suggestion_loco_mae_p_loss")) if proposal else None,
+            suggestion_calibrated=row.get("suggestion_calibrated") if proposal else None,
         )
 
 

@@ -6,8 +6,10 @@
     loop = attach_to_job(job, ControlSettings(mode="apply"))   # closed by job.stop()
     job.start()
 
-Per micro-batch (:meth:`ControlLoop.process`): read the kill switch (setting, the file
-``control.kill`` in the checkpoint directory, ``KAFKA_AUDIT_CONTROL_KILL=1``); in ``apply`` mode
+Per micro-batch (:meth:`ControlLoop.process`): predict the provisional results whose counts settled
+(:mod:`control_loop.provisional`) with the micro-batch's model, on copies; read the kill switch
+(setting, the file ``control.kill`` in the checkpoint directory, ``KAFKA_AUDIT_CONTROL_KILL=1``);
+in ``apply`` mode
 follow the control topic's versions (a forced record is never overtaken); decide
 (:class:`~control_loop.decide.Controller`); in ``apply`` mode write each change and rollback to the
 control topic (unacknowledged records are kept and written again next time); count the decisions
@@ -34,6 +36,7 @@ from audit_record.control_record import ControlRecord
 from control_loop.controller_state import STATE_FILE, ControlStateFile
 from control_loop.decide import ControlDecision, Controller, decision_line
 from control_loop.metrics import ControlMetrics
+from control_loop.provisional import settled
 from control_loop.publish import ControlPublisher, PublishError, control_record
 from control_loop.settings import KILL_ENV, KILL_FILE, ControlSettings
 from control_loop.topic import ControlTopicReader
@@ -66,6 +69,9 @@ class ControlLoop:
         publisher_factory: Builds the control-topic writer in ``apply`` mode (tests pass a fake).
         reader_factory: Builds the control-topic reader in ``apply`` mode (tests pass a fake).
         clock: Wall clock, ms since the epoch UTC.
+        predict: Fills the live-comparison fields (measured and predicted gamma, the suggestion) of
+            settled provisional results, in place (:mod:`control_loop.provisional`); the rows are the
+            loop's copies, never written anywhere. None: the controller decides from final results only.
     """
 
     def __init__(
@@ -78,7 +84,9 @@ class ControlLoop:
         publisher_factory: Callable[[], Any] | None = None,
         reader_factory: Callable[[], Any] | None = None,
         clock: Callable[[], int] = _now_ms,
+        predict: Callable[[list[dict[str, Any]]], Any] | None = None,
     ) -> None:
+        self.predict = predict
         self.settings = settings
         self.kafka_config = dict(kafka_config)
         self.kill_file = settings.kill_file or Path(checkpoint_dir) / KILL_FILE
@@ -148,7 +156,9 @@ class ControlLoop:
         """Decide on one micro-batch of window results; write, count, save and hand on the decisions.
 
         Args:
-            rows: Window results (provisional ones are ignored).
+            rows: Window results: final ones, and provisional ones whose counts settled
+                (:func:`control_loop.provisional.settled`; predicted here by :attr:`predict` for windows
+                the controller has not taken yet).
             now_ms: Wall clock, ms since the epoch UTC (default: :attr:`clock`).
 
         Returns:
@@ -159,8 +169,16 @@ class ControlLoop:
         now = self.clock() if now_ms is None else now_ms
         killed = self.kill_switch()
         self.metrics.kill_switch.set(1 if killed else 0)
+        rows = list(rows)
         final = [r for r in rows if r.get("state") == window_result.FINAL]
         self.metrics.add_groups(self.controller.groups_of(final))
+        early = [dict(r) for r in rows if settled(r) and self.controller.is_new(r)]
+        if early and self.predict is not None:
+            try:
+                self.predict(early)
+            except Exception:  # the final results will do, as before
+                log.exception("live comparison of %d settled provisional window(s) failed", len(early))
+        unsettled = [r for r in rows if r.get("state") == window_result.PROVISIONAL and not settled(r)]
         if self.applies:
             if not self._open():
                 return []
@@ -168,7 +186,7 @@ class ControlLoop:
                 self.controller.seed_versions({g: r.version for g, r in self.reader.poll().items()})
             except Exception as exc:  # versions as read before; a forced record shows up next time
                 log.warning("control topic %s not polled: %s", self.settings.control_topic, exc)
-        decisions = self.controller.decide(final, now, kill_switch=killed is not None)
+        decisions = self.controller.decide([*final, *early, *unsettled], now, kill_switch=killed is not None)
         for d in decisions:
             (log.debug if d.kind == "held" else log.info)("%s", decision_line(d))
             if self.applies and d.writes:
@@ -244,6 +262,7 @@ def attach_to_job(job: ReconciliationJob, settings: ControlSettings) -> ControlL
         job.s.checkpoint_dir,
         registry=job.metrics.registry,
         listeners=job.control_listeners,
+        predict=(lambda rows: job.predict_provisional(rows)) if job.s.predict else None,
     )
     if settings.mode != "off":
         job.listeners.append(loop.on_batch)

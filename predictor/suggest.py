@@ -22,6 +22,8 @@ import numpy as np
 import pandas as pd
 
 from kafka_plumbing.errors import ConfigError
+from predictor.confidence import NO_SCORE, Confidence, confidence
+from predictor.counterfactual import CONFIGURATION_FEATURES
 from predictor.features import FEATURES, OPTIONAL, acks_number, check_value
 from predictor.kpi import Weights, gamma, mu, phi
 from predictor.model import Predictor, default_predictor
@@ -89,6 +91,9 @@ class Suggestion:
         meets_target: False when no searched configuration reaches the target; then this is the one with
             the highest predicted gamma.
         details: phi, mu, throughput and interval before/after, and the target.
+        confidence: How sure it is (:mod:`predictor.confidence`): the model's counterfactual MAE(P_l)
+            and whether the model was scored on such a configuration (else "uncalibrated"); the
+            explanation ends with it in words.
     """
 
     changes: dict[str, object]
@@ -97,6 +102,7 @@ class Suggestion:
     explanation: str
     meets_target: bool = True
     details: dict[str, Any] = field(default_factory=dict)
+    confidence: Confidence = NO_SCORE
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict of every attribute."""
@@ -107,6 +113,11 @@ class Suggestion:
             "explanation": self.explanation,
             "meets_target": self.meets_target,
             "details": self.details,
+            "confidence": {
+                "loco_mae_p_loss": self.confidence.loco_mae_p_loss,
+                "calibrated": self.confidence.calibrated,
+                "folds": self.confidence.folds,
+            },
         }
 
 
@@ -289,6 +300,8 @@ def suggest(
     )
     if not meets.any():
         text += f" (best found; target {target_gamma:.2f} not reachable)"
+    sure = confidence(getattr(model, "card", None), {k: new[k] for k in CONFIGURATION_FEATURES})
+    text += f" ({sure.words()})"
     details = {
         "target_gamma": target_gamma,
         "weights": [w.w1, w.w2, w.w3, w.w4],
@@ -296,4 +309,4 @@ def suggest(
         "before": _detail(pred, tp, i_cur, phis[i_cur, j_cur], mus[i_cur, j_cur], cur["producers"]),
         "after": _detail(pred, tp, i, phis[i, j], mus[i, j], n_prod[j]),
     }
-    return Suggestion(changes, before, after, text, bool(meets.any()), details)
+    return Suggestion(changes, before, after, text, bool(meets.any()), details, sure)

@@ -151,6 +151,7 @@ class ReconciliationJob:
         self.metrics = ResultMetrics()
         self.live_model = LiveModel(settings, self.metrics, self.decision_listeners)
         self._kpi: KpiConfig | None = None
+        self._batch_kpi: KpiConfig | None = None  # the running micro-batch's (its model)
         self.query: Any = None
         self.spark: Any = None
         self.batches_written = 0
@@ -165,6 +166,7 @@ class ReconciliationJob:
         t0 = time.monotonic()
         assert self._kpi is not None
         config = self.live_model.begin_batch(batch_id, self._kpi)  # the model is fixed per micro-batch
+        self._batch_kpi = config
         # Through Arrow, not collect(): pickled Row objects cost seconds per micro-batch at 3,000 topics
         # (issue 17; tens of thousands of rows of 74 columns); ints stay ints, nulls None, NaN NaN.
         rows = [_clean(r) for r in df.toArrow().to_pylist()]
@@ -197,6 +199,20 @@ class ReconciliationJob:
         self.batches_written += 1
         self.last_batch_ms = (time.monotonic() - t0) * 1000
         self.metrics.batch.observe(time.monotonic() - t0)
+
+    def predict_provisional(self, results: list[dict[str, Any]]) -> int:
+        """Fill the live comparison of provisional ``results`` with the running micro-batch's model, in place.
+
+        For the control loop (:mod:`control_loop.provisional`), which passes copies of the settled
+        provisional results it has not decided on yet: the rows written stay as they are. Called from a
+        listener, inside the micro-batch; outside one (no model chosen yet) nothing is predicted.
+
+        Returns:
+            The rows predicted.
+        """
+        if self._batch_kpi is None:
+            return 0
+        return predict_rows(results, self._batch_kpi, list(OUTPUT_COLUMNS), (window_result.PROVISIONAL,))
 
     def _beat(self) -> None:
         producer = Producer({**self.kconf, "linger.ms": 0, "acks": "all"})

@@ -119,8 +119,11 @@ def _num(col: pd.Series) -> pd.Series:
     return pd.to_numeric(col, errors="coerce").astype("float64")
 
 
-def predictable(results: pd.DataFrame) -> pd.Series:
+def predictable(results: pd.DataFrame, states: tuple[str, ...] = (window_result.FINAL,)) -> pd.Series:
     """Boolean mask: final result rows with messages sent and a producer configuration the model takes.
+
+    ``states``: the result states predicted (the job: final; the control loop also predicts settled
+    provisional results, :mod:`control_loop.provisional`, on its own copies).
 
     The configuration: ``acks``, ``batch_num_messages`` and ``message_timeout_ms`` known (a Java
     producer's snapshots have no ``batch.num.messages``: its windows get no prediction).
@@ -139,7 +142,7 @@ def predictable(results: pd.DataFrame) -> pd.Series:
     )
     return (
         (kind == "result")
-        & (results["state"] == "final")
+        & results["state"].isin(states)
         & (_num(results["sent"]).fillna(0) > 0)
         & results["acks"].notna()
         & _num(results["batch_num_messages"]).notna()
@@ -297,6 +300,8 @@ def _suggest(
         "suggested_p_loss": float(s.predicted_after.p_loss),
         "suggested_gamma": float(s.predicted_after.gamma),
         "suggestion_meets_target": bool(s.meets_target),
+        "suggestion_loco_mae_p_loss": s.confidence.loco_mae_p_loss,
+        "suggestion_calibrated": bool(s.confidence.calibrated),
     }
 
 
@@ -304,6 +309,7 @@ def add_predictions(
     results: pd.DataFrame,
     config: KpiConfig,
     load: Callable[[], PredictorLike] | None,
+    states: tuple[str, ...] = (window_result.FINAL,),
 ) -> pd.DataFrame:
     """Return ``results`` with the live-comparison columns filled for final windows (see module docstring).
 
@@ -312,6 +318,7 @@ def add_predictions(
         config: Topic weights, targets and message-size fallbacks.
         load: Returns the predictor; called only if a final window needs it (a failure is recorded
             as stage ``model``). None predicts nothing (gamma_actual with mu = 1).
+        states: The result states predicted (:func:`predictable`).
 
     Returns:
         A copy with the live-comparison fields (``window_result.LIVE_COMPARISON_FIELDS``: P_l, P_d with
@@ -332,7 +339,7 @@ def add_predictions(
         if col not in out:
             out[col] = None
         out[col] = out[col].astype("object")
-    todo = predictable(out)
+    todo = predictable(out, states)
     if not todo.any():
         return out
     rows = todo[todo].index
@@ -445,26 +452,27 @@ def load_model(model_dir: str | None) -> Any:
 
 
 def make_predict_step(
-    config: KpiConfig, columns: list[str]
+    config: KpiConfig, columns: list[str], states: tuple[str, ...] = (window_result.FINAL,)
 ) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
     """Return the ``mapInPandas`` function of the predict step.
 
     Args:
         config: Topic weights, targets, fallbacks and the model directory.
         columns: Output column order (the reconciler's output schema, unchanged).
+        states: The result states predicted (:func:`predictable`).
     """
 
     def predict_batches(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for pdf in batches:
-            if not predictable(pdf).any():
+            if not predictable(pdf, states).any():
                 yield pdf
                 continue
             try:
-                done = add_predictions(pdf, config, lambda: load_model(config.model_dir))
+                done = add_predictions(pdf, config, lambda: load_model(config.model_dir), states)
             except Exception as exc:  # last resort: the window results must still be written
                 log.exception("prediction step failed")
                 done = pdf.copy()
-                rows = predictable(done)
+                rows = predictable(done, states)
                 for col in ("predict_stage", "predict_error"):
                     done[col] = done[col].astype("object")
                 _error(done, rows[rows].index, "predict", exc)
@@ -496,7 +504,12 @@ def _cell(value: Any, spark_type: str) -> Any:
     return _CASTS.get(spark_type, lambda v: v)(value)
 
 
-def predict_rows(rows: list[dict[str, Any]], config: KpiConfig, columns: list[str]) -> int:
+def predict_rows(
+    rows: list[dict[str, Any]],
+    config: KpiConfig,
+    columns: list[str],
+    states: tuple[str, ...] = (window_result.FINAL,),
+) -> int:
     """Run the predict step on the driver over one micro-batch's collected rows; return the rows predicted.
 
     The predictable rows (:func:`predictable`: final results of the first tier with messages sent and a
@@ -511,19 +524,20 @@ def predict_rows(rows: list[dict[str, Any]], config: KpiConfig, columns: list[st
         rows: The micro-batch's rows (``toArrow().to_pylist()``, NaN already None), changed in place.
         config: Topic weights, targets, fallbacks and the model directory of this micro-batch.
         columns: The output columns (:data:`spark_streaming.window_state.OUTPUT_COLUMNS`).
+        states: The result states predicted (default final; :func:`predictable`).
 
     Like the step itself it never raises for a prediction problem: a row whose predicted value its
     column cannot hold gets nulls and ``predict_stage`` ``predict`` (counted by the driver).
     """
-    at = [i for i, r in enumerate(rows) if r.get("kind") == "result" and r.get("state") == "final"]
+    at = [i for i, r in enumerate(rows) if r.get("kind") == "result" and r.get("state") in states]
     if not at:
         return 0
     frame = pd.DataFrame([rows[i] for i in at], columns=columns)
-    todo = predictable(frame)
+    todo = predictable(frame, states)
     if not todo.any():
         return 0
     frame = frame[todo].reset_index(drop=True)
-    [done] = list(make_predict_step(config, columns)(iter([frame])))
+    [done] = list(make_predict_step(config, columns, states)(iter([frame])))
     picked = [i for i, ok in zip(at, todo.to_numpy(), strict=True) if ok]
     types = {c: window_result.SPARK_TYPES.get(c, "string") for c in _CHANGED}
     cells = {col: done[col].tolist() for col in _CHANGED}

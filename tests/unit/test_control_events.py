@@ -136,3 +136,19 @@ def test_control_loop_decisions_reach_the_alerts_topic(tmp_path, monkeypatch):
     loop.process([row(0)], now_after(0))
     assert [e.alertname for e in sent] == [CONFIG_ADVICE]
     pipeline.close()
+
+
+def test_advice_says_how_sure_the_suggestion_is():
+    """Issue 39 item 5: advise mode shows the suggestion's counterfactual score, and "uncalibrated"."""
+    c = Controller(ControlSettings(mode="advise", dwell_ms=0))
+    sure = {"suggestion_loco_mae_p_loss": 0.031, "suggestion_calibrated": False}
+    (d,) = c.decide([{**row(0), **sure}], now_after(0))
+    assert (d.kind, d.suggestion_loco_mae_p_loss, d.suggestion_calibrated) == ("advice", 0.031, False)
+    assert "uncalibrated: counterfactual MAE(P_l) 0.031 on other configurations" in d.detail
+    ev = control_event(d.to_json())
+    assert ev.alertname == CONFIG_ADVICE
+    assert (ev.numbers["suggestion_loco_mae_p_loss"], ev.numbers["suggestion_calibrated"]) == (0.031, 0.0)
+    assert ev.suggestion == (
+        "batch.num.messages 1→4 (uncalibrated: counterfactual MAE(P_l) 0.031 on other configurations)"
+    )
+    assert "uncalibrated" in ev.description and "uncalibrated" not in ev.summary

@@ -251,8 +251,8 @@ def test_a_predicted_value_its_column_cannot_hold_nulls_that_row_only(model, mon
     monkeypatch.setattr(predict_module, "load_model", lambda d: model)
     real = predict_module.add_predictions
 
-    def broken(frame, config, load):
-        out = real(frame, config, load)
+    def broken(frame, config, load, *states):
+        out = real(frame, config, load, *states)
         out["suggested_batch_num_messages"] = out["suggested_batch_num_messages"].astype("object")
         out.loc[0, "suggested_batch_num_messages"] = "many"  # not an int
         return out

@@ -180,3 +180,63 @@ def test_polling_interval_is_not_searched_under_packet_loss():
     s = suggest(HIGH_LOSS_CONFIG, {**HIGH_LOSS_NET, "packet_loss_pct": 20.0}, 0.99)
     assert s is not None
     assert "poll_interval_ms" not in s.changes
+
+
+def _card_with_folds(configurations: list[str], score: float = 0.031) -> dict:
+    folds = [{"configuration": c, "mae_p_loss_challenger": score} for c in configurations]
+    return {"metrics": {"loco": {"folds": folds, "loco_mae_p_loss_challenger": score}}}
+
+
+def test_confidence_is_the_models_counterfactual_score_and_calibrated_only_within_the_scored_configurations():
+    from predictor.confidence import confidence
+
+    card = _card_with_folds(
+        [
+            "acks=1,batch_num_messages=2,message_timeout_ms=700,poll_interval_ms=2",
+            "acks=1,batch_num_messages=10,message_timeout_ms=70000,poll_interval_ms=2",
+        ]
+    )
+    inside = {"acks": 1, "batch_num_messages": 4, "message_timeout_ms": 5000, "poll_interval_ms": 2}
+    c = confidence(card, inside)
+    assert (c.loco_mae_p_loss, c.calibrated, c.folds) == (0.031, True, 2)
+    assert c.words() == "counterfactual MAE(P_l) 0.031"
+    for outside in (
+        {"acks": 0},
+        {"batch_num_messages": 11},
+        {"message_timeout_ms": 500},
+        {"poll_interval_ms": 0},
+    ):
+        c = confidence(card, {**inside, **outside})
+        assert (
+            not c.calibrated
+            and c.words() == "uncalibrated: counterfactual MAE(P_l) 0.031 on other configurations"
+        )
+    for no_score in (None, {}, {"metrics": {}}, _card_with_folds([])):
+        c = confidence(no_score, inside)
+        assert (c.loco_mae_p_loss, c.calibrated) in ((None, False), (0.031, False))
+    assert confidence(None, inside).words() == "uncalibrated: no counterfactual score"
+
+
+def test_a_suggestion_carries_how_sure_it_is():
+    import copy
+
+    model = default_predictor()
+    s = suggest(HIGH_LOSS_CONFIG, HIGH_LOSS_NET, 0.9, Weights.preset("weblog"), model)
+    assert s is not None and EXPLANATION.match(s.explanation)
+    assert s.explanation.endswith("(uncalibrated: no counterfactual score)")  # the shipped model: no folds
+    assert s.to_json()["confidence"] == {"loco_mae_p_loss": None, "calibrated": False, "folds": 0}
+    scored = copy.copy(model)
+    scored.card = {
+        **model.card,
+        **_card_with_folds(
+            [
+                "acks=0,batch_num_messages=1,message_timeout_ms=500,poll_interval_ms=0",
+                "acks=1,batch_num_messages=10,message_timeout_ms=7000,poll_interval_ms=0",
+            ],
+            0.042,
+        ),
+    }
+    t = suggest(HIGH_LOSS_CONFIG, HIGH_LOSS_NET, 0.9, Weights.preset("weblog"), scored)
+    assert t is not None and t.changes == s.changes  # the same model: the same suggestion
+    assert (t.confidence.loco_mae_p_loss, t.confidence.calibrated) == (0.042, True)
+    assert t.explanation.endswith("(counterfactual MAE(P_l) 0.042)")
