@@ -40,12 +40,15 @@ def _builders() -> dict[str, Callable[[], Any]]:
     from dashboards.predictor_model import model_dashboard
     from dashboards.producers import UID as PRODUCERS_UID
     from dashboards.producers import producer_dashboard
+    from dashboards.slos import UID as SLOS_UID
+    from dashboards.slos import slo_dashboard
 
     return {
         COMPLETENESS_UID: completeness_dashboard,
         PRODUCERS_UID: producer_dashboard,
         MODEL_UID: model_dashboard,
         BROKERS_UID: broker_dashboard,
+        SLOS_UID: slo_dashboard,
     }
 
 
@@ -73,7 +76,7 @@ def dashboard_json(builder: Any) -> dict[str, Any]:
 
 
 def dashboards() -> dict[str, dict[str, Any]]:
-    """Return every dashboard's JSON model by uid (completeness, producers, model, brokers)."""
+    """Return every dashboard's JSON model by uid (completeness, producers, model, brokers, SLOs)."""
     return {uid: dashboard_json(make()) for uid, make in _builders().items()}
 
 

@@ -72,7 +72,9 @@ def substitute(expr: str, topic: str) -> str:
     """Replace Grafana's template variables as the dashboard does with one topic and cluster selected."""
     for name, value in (
         ("$__rate_interval", "20s"),
+        ("$__interval", "20s"),
         ("$__range", "5m"),
+        ("$slo", ".*"),  # "All"
         ("$topic", topic),
         ("$tier", f"cluster:{CLUSTER}"),
         ("$cluster", CLUSTER),

@@ -69,6 +69,14 @@ CONTRACT_METRICS = {
     "kafka_audit_tier_behind_messages",
     "kafka_audit_tier_duplicates_added_total",
     "kafka_audit_window_lost_messages_by_leader_total",
+    "kafka_audit_freshness_messages_total",
+    # the job's SLO evaluation (alerts.slo_evaluation, in the job's registry)
+    "kafka_audit_slo_error_budget_remaining_ratio",
+    "kafka_audit_slo_burn_rate",
+    "kafka_audit_slo_period_messages",
+    "kafka_audit_slo_error_budget_messages",
+    "kafka_audit_slo_objective_ratio",
+    "kafka_audit_slo_evaluated_at_seconds",
 }
 ALERT_NAMES = {
     "KafkaAuditCompletenessBelowTarget",
@@ -97,6 +105,7 @@ def test_dashboards_with_stable_uids_and_titles(models):
         "kafka-audit-producers": "Producer reliability",
         "kafka-audit-model": "Predictor model",
         "kafka-audit-brokers": "Kafka brokers",
+        "kafka-audit-slos": "SLOs",
     }
 
 
@@ -105,6 +114,7 @@ def test_contract_metrics_are_the_exporters():
     from prometheus_client import CollectorRegistry
 
     from alerts.metrics import AlertMetrics
+    from alerts.slo_evaluation import SloMetrics
     from control_loop.metrics import ControlMetrics
     from spark_streaming.metrics import ResultMetrics
 
@@ -112,6 +122,7 @@ def test_contract_metrics_are_the_exporters():
     ControlMetrics(job)  # the control loop registers in the job's registry (control_loop.attach_to_job)
     alerts = CollectorRegistry()
     AlertMetrics(alerts)
+    SloMetrics(alerts)  # the SLO evaluation too (alerts.attach_to_job with SLO settings)
     exported = set(job._names_to_collectors) | set(alerts._names_to_collectors)
     missing = CONTRACT_METRICS - exported
     assert not missing, missing
@@ -165,6 +176,11 @@ def test_every_query_uses_only_contract_metrics(models):
         "kafka_audit_training_windows_total",
         "kafka_audit_control_decisions_total",
         "kafka_audit_control_kill_switch",
+        "kafka_audit_slo_error_budget_remaining_ratio",
+        "kafka_audit_slo_burn_rate",
+        "kafka_audit_slo_period_messages",
+        "kafka_audit_slo_error_budget_messages",
+        "kafka_audit_freshness_messages_total",
     ):
         assert needed in used, needed
 
@@ -216,6 +232,36 @@ def test_control_loop_panel_shows_decisions_per_group_by_kind(models):
     assert targets[0]["legendFormat"] == "{{kind}} {{group}}"
     assert "sum by (group, reason)" in targets[1]["expr"] and 'kind="held"' in targets[1]["expr"]
     assert by_title["Control kill switch"]["targets"][0]["expr"] == "max(kafka_audit_control_kill_switch)"
+
+
+def test_slo_dashboard_shows_budget_burn_spending_windows_and_freshness(models, tmp_path):
+    from dashboards.slos import UID as SLOS_UID
+
+    model = models[SLOS_UID]
+    queries = {q.panel: q.expr for q in iter_queries(model) if not q.annotation}
+    assert "kafka_audit_slo_error_budget_remaining_ratio" in queries["Error budget remaining"]
+    assert "kafka_audit_slo_burn_rate" in queries["Burn rate per alert window"]
+    spent = queries["Budget spent per interval"]
+    assert "kafka_audit_messages_lost_total" in spent and "kafka_audit_slo_error_budget_messages" in spent
+    assert "group_right" in spent  # several SLOs may judge one (topic, tier): the budget is the many side
+    assert "histogram_quantile(0.99" in queries["Freshness percentiles per tier"]
+    assert [v["name"] for v in model["templating"]["list"]] == ["datasource", "slo", "topic", "tier"]
+    [annotation] = model["annotations"]["list"]
+    assert "BudgetBurn" in annotation["expr"]
+    # Every query is valid PromQL: promtool parses each one as a recording rule (variables as Grafana
+    # fills them: one value, or .* for "All").
+    fill = {"$__rate_interval": "1m", "$__interval": "1m", "$slo": ".*", "$topic": ".*", "$tier": ".*"}
+    rules = []
+    for i, q in enumerate(iter_queries(model)):
+        expr = q.expr
+        for var, value in fill.items():
+            expr = expr.replace(var, value)
+        assert "$" not in expr, expr
+        rules.append({"record": f"dashboard:query_{i}", "expr": expr})
+    path = tmp_path / "slo-dashboard-queries.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "slo-dashboard", "rules": rules}]}))
+    done = _promtool("check", "rules", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_interval_band_between_p05_and_p95(models):
@@ -274,6 +320,7 @@ def test_build_writes_dashboards_and_provisioning(tmp_path):
         "dashboards/kafka-audit-completeness.json",
         "dashboards/kafka-audit-model.json",
         "dashboards/kafka-audit-producers.json",
+        "dashboards/kafka-audit-slos.json",
         "prometheus/kafka-audit-rules.yml",
         "provisioning/dashboards/kafka-audit.yaml",
         "provisioning/datasources/kafka-audit.yaml",
@@ -439,9 +486,10 @@ def test_push_creates_folder_once_and_overwrites_by_uid(grafana, models):
         ("kafka-audit-producers", 1),
         ("kafka-audit-model", 1),
         ("kafka-audit-brokers", 1),
+        ("kafka-audit-slos", 1),
     ]
     second = push(url, GOOD, models, folder="Kafka Audit")
-    assert [d.version for d in second] == [2, 2, 2, 2]
+    assert [d.version for d in second] == [2, 2, 2, 2, 2]
     created = [f for f in state["folders"] if f["title"] == "Kafka Audit"]
     assert len(created) == 1 and created[0]["uid"] == "kafka-audit"
     assert set(state["dashboards"]) == set(models)
