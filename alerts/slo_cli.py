@@ -49,7 +49,7 @@ def rules_cmd(
         if isinstance(slo, CompletenessSlo):
             what = f"completeness {slo.objective:.6g} over {slo.period}"
         else:
-            what = "freshness: not yet measured, no rules"
+            what = f"freshness {slo.objective:.6g} within {slo.threshold_s:g} s over {slo.period}"
         console.print(
             f"  {slo.name}: {what} (topics ~ {slo.topic_pattern}, tiers ~ {slo.tier_pattern})",
             highlight=False,
@@ -91,16 +91,30 @@ def status_cmd(
     results_topic: Annotated[
         str | None, typer.Option(help="Results topic (default: KAFKA_AUDIT_SPARK_RESULTS_TOPIC's).")
     ] = None,
+    at: Annotated[
+        float | None,
+        typer.Option(
+            help="Evaluate at this instant, s since the Unix epoch (default: now); the job's "
+            "kafka_audit_slo_evaluated_at_seconds gives the instant its SLO gauges were computed at.",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the statuses as JSON (one object per row) instead.")
+    ] = False,
 ) -> None:
     """Print per SLO, topic and tier: objective, actual over the period, budget left, burn rates, state."""
+    import dataclasses
+    import json
+
     from pydantic import ValidationError
 
-    from alerts.slo_settings import CompletenessSlo, duration_seconds, load_slo_settings
+    from alerts.slo_settings import duration_seconds, load_slo_settings
     from alerts.slo_status import read_parquet_results, slo_status
     from kafka_plumbing.errors import config_error, setting_and_env_name
     from spark_streaming.settings import SparkJobSettings
 
-    now_ms = int(time.time() * 1000)
+    now_ms = int(time.time() * 1000) if at is None else round(at * 1000)
     try:
         settings = load_slo_settings(config)
         since_ms = now_ms - max(duration_seconds(s.period) for s in settings.slos()) * 1000
@@ -124,10 +138,14 @@ def status_cmd(
     except KafkaAuditError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from exc
+    if as_json:
+        rows = [{**dataclasses.asdict(s), "evaluated_at_ms": now_ms} for s in statuses]
+        print(json.dumps(rows, indent=1))  # plain JSON on stdout, no rich markup
+        return
     longs = list(dict.fromkeys(a.long_window for a in settings.burn_rate_alerts))
     table = Table(title=f"SLOs from the final windows in {source}")
-    for column in ("SLO", "topic", "tier", "objective", "period", "sent", "lost", "actual", "budget left"):
-        table.add_column(column, justify="right" if column in ("sent", "lost") else "left")
+    for column in ("SLO", "topic", "tier", "objective", "period", "events", "bad", "actual", "budget left"):
+        table.add_column(column, justify="right" if column in ("events", "bad") else "left")
     for w in longs:
         table.add_column(f"burn {w}", justify="right")
     table.add_column("state")
@@ -148,11 +166,11 @@ def status_cmd(
     Console(width=None if console.is_terminal else 220).print(table)
     if not statuses:
         console.print("no final window of a topic and tier any SLO matches", highlight=False)
-    for slo in settings.slos():
-        if not isinstance(slo, CompletenessSlo):
-            console.print(
-                f"{slo.name}: freshness, not yet measured (no latency histograms yet)", highlight=False
-            )
+    console.print(
+        "events / bad: completeness: messages sent / lost; freshness: messages held (measured) / held "
+        "later than the SLO's threshold",
+        highlight=False,
+    )
 
 
 def register(app: typer.Typer) -> None:
