@@ -10,9 +10,11 @@ them as Prometheus rules.
 * **Completeness** ("99.99% of audited messages reach tier T"): events = messages sent by audited
   producers (``kafka_audit_messages_sent_total``), bad events = messages the tier does not hold
   (``kafka_audit_messages_lost_total``, sent - unique, final windows only).
-* **Freshness** ("99% of messages held by tier T within S seconds of their CreateTime"): defined and
-  validated here, but **not yet measured**: it needs the per-tier latency histograms of issue 40
-  item 2 in the audit snapshots; until then no rule is generated for it (``slo_rules`` says so).
+* **Freshness** ("99% of messages held by tier T within S seconds of their CreateTime"): events =
+  messages the tier held whose freshness it measured, bad events = those held later than S
+  (``kafka_audit_freshness_messages_total``, the tiers' freshness histograms of the audit snapshots,
+  :mod:`audit_record.freshness`). S must be one of the histogram's bucket bounds, so both are exact
+  counts (never interpolated): 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60, 120, 300, 600, 1800 or 3600 s.
 
 Sources, highest first: constructor arguments (the command line), the environment
 (``KAFKA_AUDIT_SLO_*``, lists as JSON, e.g. ``KAFKA_AUDIT_SLO_COMPLETENESS='[{"topic_pattern":
@@ -37,14 +39,16 @@ from pydantic_settings import (
 )
 
 from alerts.event import Severity
+from audit_record.freshness import threshold_bound_ms
 from kafka_plumbing.errors import ConfigError, config_error, setting_and_env_name
 
 ENV_PREFIX = "KAFKA_AUDIT_SLO_"
 CONFIG_SECTION = "slo"
 
-DURATION_UNITS = {"m": 60, "h": 3_600, "d": 86_400, "w": 604_800}
-"""Units of an SLO duration (Prometheus duration syntax, one unit: ``5m``, ``1h``, ``3d``, ``4w``) -> s."""
-_DURATION = re.compile(r"^([1-9][0-9]*)([mhdw])$")
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400, "w": 604_800}
+"""Units of an SLO duration (Prometheus duration syntax, one unit: ``30s``, ``5m``, ``1h``, ``3d``, ``4w``)
+-> s. Seconds are for scaled-down windows (tests, demos): the Workbook's windows are minutes and up."""
+_DURATION = re.compile(r"^([1-9][0-9]*)([smhdw])$")
 _RE2_UNSUPPORTED = re.compile(r"\(\?[=!<]|\\[1-9]")
 """Python regex constructs Prometheus' RE2 lacks (look-around, back-references)."""
 
@@ -158,17 +162,35 @@ class CompletenessSlo(_Slo):
 class FreshnessSlo(_Slo):
     """Freshness: ``objective`` of the messages the tier holds got there within ``threshold_s`` of CreateTime.
 
-    Not yet measured: it needs the per-tier latency histograms of issue 40 item 2; no rule is
-    generated for it until then.
+    Measured by the tiers' freshness histograms (:mod:`audit_record.freshness`): the tier's consume time
+    minus CreateTime per message, counted per fixed bucket.
 
     Attributes:
         name, topic_pattern, tier_pattern, period: As :class:`CompletenessSlo`.
         objective: Target ratio of fresh messages, 0 < objective < 1 (0.99).
-        threshold_s: Latency bound (the tier held the message - its CreateTime), s.
+        threshold_s: Freshness bound S (the tier held the message - its CreateTime), s: one of the
+            histogram's bounds (:data:`audit_record.freshness.BOUNDS_MS` in seconds: 0.1, 0.25, 0.5, 1,
+            2.5, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600), so "within S" is an exact count.
     """
 
     objective: float = Field(0.99, gt=0.0, lt=1.0)
     threshold_s: float = Field(60.0, gt=0.0)
+
+    @field_validator("threshold_s")
+    @classmethod
+    def _a_bound(cls, value: float) -> float:
+        threshold_bound_ms(value)  # ValueError naming the allowed values
+        return value
+
+    @property
+    def threshold_ms(self) -> int:
+        """``threshold_s`` in ms: the freshness histogram's bound it names."""
+        return threshold_bound_ms(self.threshold_s)
+
+    @property
+    def error_budget(self) -> float:
+        """Allowed ratio of bad events (messages held later than S), ``1 - objective``."""
+        return 1.0 - self.objective
 
 
 def _default_completeness() -> list[CompletenessSlo]:
@@ -189,7 +211,7 @@ class SloSettings(BaseSettings):
     Attributes:
         completeness: Completeness SLOs (default: one, ``completeness``, 99.99% over 30 days of every
             topic on the ``cluster:*`` tiers).
-        freshness: Freshness SLOs (default none; defined but not yet measured, see module doc).
+        freshness: Freshness SLOs (default none).
         burn_rate_alerts: The window pairs alerted on, for every SLO (default: the Workbook's 14.4x over
             1h and 5m and 6x over 6h and 30m page; 1x over 3d and 6h opens a ticket).
         low_traffic_min_events: A page needs at least this many events (messages sent) in its long

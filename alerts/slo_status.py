@@ -1,11 +1,14 @@
-"""Where each completeness SLO stands, computed from the final window results (``kafka-audit slo status``).
+"""Where each SLO stands, computed from the final window results (``kafka-audit slo status``).
 
 The same quantities as the Prometheus rules of :mod:`alerts.slo_rules`, from the window results the
 job writes (the results topic or its Parquet files) instead of its counters: for each SLO and each
 (topic, tier) it matches, over the final windows that ended within a look-back ``w`` of ``now``
 (``now - w < window_end_ms <= now``), events = sum of ``sent``, bad events = sum of
 ``max(0, sent - unique)`` (``kafka_audit_messages_lost_total``'s increment,
-``spark_streaming/metrics.py``). Then, with ``budget = 1 - objective``:
+``spark_streaming/metrics.py``); for a freshness SLO of threshold S, events = the messages of the
+tier's freshness histograms (``freshness_counts``, :mod:`audit_record.freshness`), bad events = those
+held later than S (exact counts: S is a bucket bound; ``kafka_audit_freshness_messages_total``'s
+increments). Then, with ``budget = 1 - objective``:
 
 * actual = 1 - bad / events over the compliance period;
 * budget left = 1 - (bad / events) / budget over the period (negative: overspent);
@@ -27,21 +30,38 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from alerts.slo_rules import page_min_events
-from alerts.slo_settings import CompletenessSlo, SloSettings, duration_seconds
-from audit_record import window_result
+from alerts.slo_rules import Slo, page_min_events
+from alerts.slo_settings import FreshnessSlo, SloSettings, duration_seconds
+from audit_record import freshness, window_result
 from kafka_plumbing.errors import ConfigError
 
-COLUMNS = (*window_result.KEY_FIELDS, "window_end_ms", "state", "sent", "unique", "result_at_ms")
-"""The window-result fields the status reads (its key, end, state, counts and emission time)."""
+_COUNTED = ("sent", "unique", "freshness_counts")
+"""What an SLO counts: completeness from sent and unique, freshness from the histogram."""
+COLUMNS = (*window_result.KEY_FIELDS, "window_end_ms", "state", "result_at_ms", *_COUNTED)
+"""The window-result fields the status reads (its key, end, state, counts, emission time, freshness)."""
 
 
 @dataclass(frozen=True)
 class Counts:
-    """Events (messages sent) and bad events (sent - unique, per window, at least 0) in a look-back."""
+    """Events and bad events in a look-back.
+
+    Completeness: ``sent`` = messages sent, ``lost`` = sent - unique (per window, at least 0).
+    Freshness: ``sent`` = messages the tier held (freshness measured), ``lost`` = held later than S.
+    :attr:`events` and :attr:`bad` name them for either kind.
+    """
 
     sent: int = 0
     lost: int = 0
+
+    @property
+    def events(self) -> int:
+        """Events of the SLO (``sent``)."""
+        return self.sent
+
+    @property
+    def bad(self) -> int:
+        """Bad events of the SLO (``lost``)."""
+        return self.lost
 
     @property
     def error_ratio(self) -> float | None:
@@ -62,6 +82,7 @@ class SloStatus:
         burn_rates: Look-back (``1h``, ``5m``...) -> error ratio / (1 - objective) (None without events).
         state: ``page``, ``ticket``, ``ok`` or ``no data``.
         firing: The burn-rate alerts firing, as ``<long>/<short> <factor>x``.
+        kind: ``completeness`` or ``freshness``.
     """
 
     slo: str
@@ -75,6 +96,7 @@ class SloStatus:
     burn_rates: dict[str, float | None]
     state: str
     firing: tuple[str, ...]
+    kind: str = "completeness"
 
 
 def final_windows(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -90,20 +112,24 @@ def final_windows(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return list(newest.values())
 
 
-def _counts(rows: list[Mapping[str, Any]], now_ms: int, window: str) -> Counts:
+def _counts(slo: Slo, rows: list[Mapping[str, Any]], now_ms: int, window: str) -> Counts:
     start = now_ms - duration_seconds(window) * 1000
     inside = [r for r in rows if start < int(r["window_end_ms"]) <= now_ms]
+    if isinstance(slo, FreshnessSlo):
+        fresh = held = 0
+        for r in inside:
+            within, total = freshness.fresh_and_total(r.get("freshness_counts") or [], slo.threshold_ms)
+            fresh, held = fresh + within, held + total
+        return Counts(held, held - fresh)
     return Counts(
         sum(int(r["sent"] or 0) for r in inside),
         sum(max(0, int(r["sent"] or 0) - int(r["unique"] or 0)) for r in inside),
     )
 
 
-def _judge(
-    slo: CompletenessSlo, rows: list[Mapping[str, Any]], settings: SloSettings, now_ms: int
-) -> SloStatus:
+def _judge(slo: Slo, rows: list[Mapping[str, Any]], settings: SloSettings, now_ms: int) -> SloStatus:
     windows = {w for a in settings.burn_rate_alerts for w in (a.long_window, a.short_window)} | {slo.period}
-    counts = {w: _counts(rows, now_ms, w) for w in windows}
+    counts = {w: _counts(slo, rows, now_ms, w) for w in windows}
     budget = slo.error_budget
 
     def burn(w: str) -> float | None:
@@ -137,11 +163,12 @@ def _judge(
         burn_rates={a.long_window: burn(a.long_window) for a in settings.burn_rate_alerts},
         state=state,
         firing=tuple(f[1] for f in firing),
+        kind="freshness" if isinstance(slo, FreshnessSlo) else "completeness",
     )
 
 
 def slo_status(rows: Iterable[Mapping[str, Any]], settings: SloSettings, now_ms: int) -> list[SloStatus]:
-    """Return each completeness SLO's status on each (topic, tier) it matches, sorted by SLO, topic, tier.
+    """Return each SLO's status on each (topic, tier) it matches, sorted by SLO, topic, tier.
 
     Args:
         rows: Window results (any state; only final ones count, the newest per window).
@@ -151,8 +178,6 @@ def slo_status(rows: Iterable[Mapping[str, Any]], settings: SloSettings, now_ms:
     finals = final_windows(rows)
     out: list[SloStatus] = []
     for slo in settings.slos():
-        if not isinstance(slo, CompletenessSlo):
-            continue
         period_start = now_ms - duration_seconds(slo.period) * 1000
         groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
         for r in finals:
@@ -169,7 +194,8 @@ def slo_status(rows: Iterable[Mapping[str, Any]], settings: SloSettings, now_ms:
 def read_parquet_results(root: Path, since_ms: int) -> list[dict[str, Any]]:
     """Return the window results in the job's Parquet files (``<root>/date=YYYY-MM-DD/*.parquet``).
 
-    Only the :data:`COLUMNS` of the files of days that may hold windows ending after ``since_ms``.
+    Only the :data:`COLUMNS` (those a file has) of the files of days that may hold windows ending after
+    ``since_ms``.
 
     Raises:
         ConfigError: ``root`` is not a directory.
@@ -185,5 +211,7 @@ def read_parquet_results(root: Path, since_ms: int) -> list[dict[str, Any]]:
         day = next((p.split("=", 1)[1] for p in path.parent.parts if p.startswith("date=")), None)
         if day is not None and day < first_day:
             continue
-        rows.extend(pq.read_table(path, columns=list(COLUMNS), partitioning=None).to_pylist())
+        present = set(pq.read_schema(path).names)  # files written before freshness_counts lack it
+        columns = [c for c in COLUMNS if c in present]
+        rows.extend(pq.read_table(path, columns=columns, partitioning=None).to_pylist())
     return rows

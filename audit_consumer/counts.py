@@ -26,6 +26,7 @@ import numpy as np
 from pyroaring import BitMap64
 
 from audit_consumer import latency
+from audit_record import freshness
 from audit_record.stamp import (
     PRODUCER_ID_BYTES,
     SEQUENCE_BYTEORDER,
@@ -41,13 +42,14 @@ from audit_record.stamp import (
 )
 from audit_record.windows import window_start
 
-# Bucket layout (a list: this is the per-message hot path).
-RECEIVED, DUPLICATED, BYTES, LATE, DIRTY, SEQS, LATS, HIST, STALE, LAT_MAX, UNIQUE = range(11)
+# Bucket layout (a list: this is the per-message hot path). FRESH: the freshness histogram
+# (audit_record.freshness), None when not measured (restored from a state that lacked it).
+RECEIVED, DUPLICATED, BYTES, LATE, DIRTY, SEQS, LATS, HIST, STALE, LAT_MAX, UNIQUE, FRESH = range(12)
 
 
 def new_bucket() -> list:
-    """Return an empty open bucket: counters, sequence set, pending latencies, histogram."""
-    return [0, 0, 0, 0, 1, BitMap64(), [], [0] * latency.N_BUCKETS, 0, 0, 0]
+    """Return an empty open bucket: counters, sequence set, pending latencies, histograms."""
+    return [0, 0, 0, 0, 1, BitMap64(), [], [0] * latency.N_BUCKETS, 0, 0, 0, freshness.empty()]
 
 
 @dataclass
@@ -62,6 +64,9 @@ class PartitionCounts:
         closed_horizon_ms: Windows with ``end <= closed_horizon_ms`` are closed.
         open: ``{(window_start_ms, producer_id_bytes_or_None): bucket}`` for open windows.
         closed: Same for closed windows (sequence set dropped; counters kept for late messages).
+        log_append_time: A message of the partition had a LogAppendTime timestamp (``message.timestamp.type``
+            of the topic): the broker replaced its CreateTime, so freshness is not measured (the snapshots'
+            ``freshness_counts`` are empty); latencies are then consume time - append time.
     """
 
     topic: str
@@ -74,6 +79,7 @@ class PartitionCounts:
     open: dict[tuple[int, bytes | None], list] = field(default_factory=dict)
     closed: dict[tuple[int, bytes | None], list] = field(default_factory=dict)
     dirty: bool = False
+    log_append_time: bool = False
 
     @property
     def first_open_start_ms(self) -> int:
@@ -197,12 +203,20 @@ def unique_of(producer_id: bytes | None, bucket: list) -> int:
 
 
 def fold_latencies(bucket: list, stale_after_ms: int | None) -> None:
-    """Move pending latencies into the histogram; count those above timeliness S as stale."""
+    """Move pending latencies into the histograms; count those above timeliness S as stale.
+
+    A pending latency (consume time - CreateTime, ms, appended by :func:`count_batch`) is the one
+    measurement both histograms reduce: the log-linear one (:mod:`audit_consumer.latency`, the
+    ``latency_p50_ms``/``latency_p99_ms`` percentiles) and the fixed-bound freshness one
+    (:mod:`audit_record.freshness`, ``freshness_counts``), unless the latter is not measured (None).
+    """
     lats = bucket[LATS]
     if not lats:
         return
     arr = np.fromiter(lats, np.int64, len(lats))
     latency.add_all(bucket[HIST], arr)
+    if bucket[FRESH] is not None:
+        freshness.add_all(bucket[FRESH], arr)
     top = int(arr.max())
     if top > bucket[LAT_MAX]:
         bucket[LAT_MAX] = top
@@ -349,9 +363,11 @@ def count_batch(
             continue
         last = m
         ts_type, ts = m.timestamp()
-        if ts_type == 0:  # TIMESTAMP_NOT_AVAILABLE
-            dead_letter(m, "no_timestamp", "message has no timestamp")
-            continue
+        if ts_type != 1:  # not TIMESTAMP_CREATE_TIME
+            if ts_type == 0:  # TIMESTAMP_NOT_AVAILABLE
+                dead_letter(m, "no_timestamp", "message has no timestamp")
+                continue
+            st.log_append_time = True  # TIMESTAMP_LOG_APPEND_TIME: CreateTime is gone
         hdrs = m.headers()
         if hdrs:
             k0, stamp = hdrs[0]

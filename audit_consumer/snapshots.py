@@ -14,6 +14,15 @@ Each snapshot carries the reader's position in its partition (``read_offsets``: 
 every message below it counted), so the job can prove a window final as soon as the tier has read past
 the producers' acknowledged offsets (docs/DESIGN.md, invariant 8). A replicated copy's offsets are not
 the producers' (MirrorMaker 2 does not keep offsets): its snapshots carry none (:func:`read_position`).
+
+Each snapshot also carries the tier's freshness histogram of the window (``freshness_counts``,
+:mod:`audit_record.freshness`): per message, the reader's consume time (the poll that returned it) minus
+its CreateTime, the same latency as ``latency_p50_ms``. That is when the tier held the message: the
+audit consumer's read (cluster tier; a MirrorMaker 2 target cluster's audit consumer for a replica
+tier) or the application's poll (``consumer:<group>``). The broker's append time is not used: a Kafka
+record carries one timestamp, and with ``message.timestamp.type=LogAppendTime`` the broker's append time
+replaces CreateTime, so there is nothing to subtract from; such partitions report freshness as not
+measured (empty).
 """
 
 from __future__ import annotations
@@ -33,7 +42,8 @@ def dirty_buckets(
 ) -> Iterator[tuple[int, bytes | None, list, bool]]:
     """Yield ``(window_start_ms, producer_id, bucket, final)`` of every changed bucket of a partition.
 
-    Pending latencies are folded first (those above ``stale_after_ms`` count as stale); the bucket's
+    Pending latencies are folded first (those above ``stale_after_ms`` count as stale; freshness is
+    dropped, not measured, in a partition with LogAppendTime timestamps); the bucket's
     dirty flag is cleared once the caller resumes the generator (emit before asking for the next).
     ``final`` is True for closed windows and for those in ``closed_now`` (just closed by ``advance``).
 
@@ -46,6 +56,8 @@ def dirty_buckets(
         for (start, pid), b in table.items():
             if not b[counts.DIRTY]:
                 continue
+            if st.log_append_time:
+                b[counts.FRESH] = None  # CreateTime replaced by the broker: freshness not measured
             fold_latencies(b, stale_after_ms)
             yield start, pid, b, final or (start, pid) in closed_now
             b[counts.DIRTY] = 0
@@ -113,4 +125,5 @@ def snapshot_record(
         latency_p99_ms=percentile(hist, 0.99),
         latency_max_ms=float(bucket[counts.LAT_MAX]) if received else None,
         read_offsets=[] if position is None else [ReadOffset(partition=partition, offset=position)],
+        freshness_counts=list(fresh) if (fresh := bucket[counts.FRESH]) is not None else [],
     )

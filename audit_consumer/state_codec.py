@@ -2,6 +2,13 @@
 
 The state topic is compacted and keyed by ``group|topic|partition``; the newest committed value is the
 state matching the group's committed offset for that partition (both are written in one transaction).
+
+Schemaless Avro (the JVM consumer interceptor writes and reads the same bytes). ``state.avsc`` adds the
+buckets' freshness histograms as its last field to ``state.v1.avsc``, so a v1 value is a prefix of a
+current one: :func:`decode_state` reads the v1 part, then the freshness field only if bytes remain. A
+bucket restored without a freshness histogram (v1 state, or a writer that does not measure it) keeps it
+unmeasured (None) if it had counted messages: its snapshots then say "not measured" rather than count
+part of the window.
 """
 
 from __future__ import annotations
@@ -20,9 +27,21 @@ from audit_consumer.counts import PartitionCounts
 
 
 @cache
-def _schema() -> Any:
-    text = resources.files("audit_consumer").joinpath("state.avsc").read_text()
+def _schema(name: str = "state") -> Any:
+    text = resources.files("audit_consumer").joinpath(f"{name}.avsc").read_text()
     return fastavro.parse_schema(json.loads(text))
+
+
+@cache
+def _tail_schema() -> Any:
+    """Return the fields ``state.avsc`` has after ``state.v1.avsc``'s, as a record (same bytes)."""
+    doc = json.loads(resources.files("audit_consumer").joinpath("state.avsc").read_text())
+    v1 = {
+        f["name"]
+        for f in json.loads(resources.files("audit_consumer").joinpath("state.v1.avsc").read_text())["fields"]
+    }
+    fields = [f for f in doc["fields"] if f["name"] not in v1]
+    return fastavro.parse_schema({"type": "record", "name": "StateTail", "fields": fields})
 
 
 def state_key(group: str, topic: str, partition: int) -> bytes:
@@ -49,6 +68,11 @@ def _bucket_out(start: int, pid: bytes | None, b: list, closed: bool) -> dict[st
     }
 
 
+def _freshness_out(b: list) -> list[int]:
+    fresh = b[counts.FRESH]
+    return [] if fresh is None else list(fresh)
+
+
 def encode_state(group: str, state: PartitionCounts) -> bytes:
     """Serialize one partition's state. Pending latencies must have been folded first."""
     record = {
@@ -60,6 +84,8 @@ def encode_state(group: str, state: PartitionCounts) -> bytes:
         "closed_horizon_ms": state.closed_horizon_ms,
         "buckets": [_bucket_out(s, p, b, False) for (s, p), b in state.open.items()]
         + [_bucket_out(s, p, b, True) for (s, p), b in state.closed.items()],
+        "freshness": [_freshness_out(b) for b in state.open.values()]
+        + [_freshness_out(b) for b in state.closed.values()],
     }
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, _schema(), record)
@@ -68,7 +94,11 @@ def encode_state(group: str, state: PartitionCounts) -> bytes:
 
 def decode_state(value: bytes, window_ms: int, grace_ms: int) -> PartitionCounts:
     """Rebuild a partition's state from :func:`encode_state` bytes."""
-    rec: Any = fastavro.schemaless_reader(io.BytesIO(value), _schema(), None)
+    buf = io.BytesIO(value)
+    rec: Any = fastavro.schemaless_reader(buf, _schema("state.v1"), None)
+    fresh: list[list[int]] = []
+    if buf.tell() < len(value):
+        fresh = fastavro.schemaless_reader(buf, _tail_schema(), None)["freshness"] or []  # type: ignore[index]
     st = PartitionCounts(
         topic=rec["topic"],
         partition=rec["partition"],
@@ -78,8 +108,13 @@ def decode_state(value: bytes, window_ms: int, grace_ms: int) -> PartitionCounts
         watermark_ms=rec["watermark_ms"],
         closed_horizon_ms=rec["closed_horizon_ms"],
     )
-    for bo in rec["buckets"]:
+    for i, bo in enumerate(rec["buckets"]):
         b = counts.new_bucket()
+        measured = fresh[i] if i < len(fresh) else []
+        if len(measured) == len(b[counts.FRESH]):
+            b[counts.FRESH] = list(measured)
+        elif bo["received"]:
+            b[counts.FRESH] = None  # counted before freshness was: not measured for this window
         b[counts.RECEIVED], b[counts.DUPLICATED] = bo["received"], bo["duplicated"]
         b[counts.UNIQUE], b[counts.LATE], b[counts.STALE] = bo["unique"], bo["late"], bo["stale"]
         b[counts.BYTES], b[counts.LAT_MAX] = bo["bytes"], bo["latency_max_ms"]

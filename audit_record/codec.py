@@ -30,8 +30,10 @@ WRITER_VERSIONS: dict[str, tuple[str, ...]] = {
     # v1: before NetworkStats.tcp_retransmit_pct; v2: before the per-partition delivery reports;
     # v3: before NetworkStats.rtt_min_ms; v4: before in_flight_bytes; v5: before NetworkStats.tcp_timeout_pct;
     # v6: before producer_identity (who a v2 stamp's random producer id is, issue 36);
-    # v7: before accounted, PartitionDelivery.last_offset and read_offsets (finality by proof, issue 37)
+    # v7: before accounted, PartitionDelivery.last_offset and read_offsets (finality by proof, issue 37);
+    # v8: before ProducerConfig.batch_size_bytes (JVM producers); v9: before freshness_counts (issue 40)
     "audit_record": (
+        "audit_record.v9",
         "audit_record.v8",
         "audit_record.v7",
         "audit_record.v6",
@@ -46,8 +48,10 @@ WRITER_VERSIONS: dict[str, tuple[str, ...]] = {
     # v4: before the per-partition breakdown (partitions: attribution); v5: before tcp_timeout_pct_est;
     # v6: before unaccounted and unaccounted_unique (stamps naming no reporting producer, issue 36);
     # v7: before final_rule and waiting_for (finality by proof, issue 37); v8: before producers_accounted,
-    # suggestion_loco_mae_p_loss and suggestion_calibrated (issue 39)
+    # suggestion_loco_mae_p_loss and suggestion_calibrated (issue 39); v9: before freshness_counts (the
+    # tiers' freshness histograms, issue 40)
     "window_result": (
+        "window_result.v9",
         "window_result.v8",
         "window_result.v7",
         "window_result.v6",

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from numbers import Integral, Real
 from typing import Any, Literal, cast
 
+from audit_record import freshness
 from kafka_plumbing.errors import ConfigError, KafkaAuditError
 
 PRODUCER_TIER = "producer"
@@ -266,6 +267,7 @@ class AuditRecord:
     producer_identity: ProducerIdentity | None = None
     accounted: bool = False
     read_offsets: list[ReadOffset] = field(default_factory=list)
+    freshness_counts: list[int] = field(default_factory=list)
 
     def key(self) -> str:
         """Snapshot identity ``tier|source|producer_id|topic|partition|window_start_ms``.
@@ -289,7 +291,9 @@ class AuditRecord:
         Raises:
             MalformedRecordError: ``reason`` is one of ``bad_tier``, ``bad_window``, ``negative_count``,
                 ``inconsistent_counts``, ``bad_value`` (a number that is NaN or infinite: no writer makes
-                one, and one NaN latency made a window's result depend on the snapshots' order).
+                one, and one NaN latency made a window's result depend on the snapshots' order; a
+                ``freshness_counts`` that is neither empty nor :data:`audit_record.freshness.N_COUNTS`
+                non-negative counts).
         """
         if self.tier != PRODUCER_TIER and not any(
             self.tier.startswith(prefix) and len(self.tier) > len(prefix) for prefix in TIER_PREFIXES
@@ -320,6 +324,8 @@ class AuditRecord:
             r.offset < 0 or r.partition < 0 for r in self.read_offsets
         ):
             raise MalformedRecordError("negative_count", "a last_offset, read offset or its partition < 0")
+        if (wrong := freshness.problem(self.freshness_counts)) is not None:
+            raise MalformedRecordError("bad_value", wrong)
         if self.unique > self.received or self.duplicated > self.received:
             raise MalformedRecordError(
                 "inconsistent_counts",
@@ -355,6 +361,7 @@ class AuditRecord:
             for p in values.get("partitions") or ()
         ]
         values["read_offsets"] = [ReadOffset(**r) for r in values.get("read_offsets") or ()]
+        values["freshness_counts"] = list(values.get("freshness_counts") or ())
         return cls(**values)
 
 

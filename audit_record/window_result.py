@@ -61,7 +61,8 @@ FIELDS: tuple[str, ...] = tuple(name for name, _ in _avro_fields())
 """Every field of a window result, in schema order (``window_result.avsc``)."""
 
 STRUCTURED_FIELDS: tuple[str, ...] = tuple(name for name, t in _avro_fields() if t == "structure")
-"""Fields that hold structure (Avro arrays of records; in a row, a list of dicts): ``partitions``. Inside
+"""Fields that hold structure (Avro arrays; in a row, a list): ``partitions`` (a list of dicts) and
+``freshness_counts`` (a list of message counts, :mod:`audit_record.freshness`). Inside
 the Spark query they travel as JSON text (their :data:`SPARK_TYPES` entry is ``string``): the
 reconciler writes them with :func:`to_spark`, the driver reads them back with :func:`from_spark` before
 any sink or listener sees the row, so every contract (Avro, Parquet, listeners) carries the structure."""
@@ -270,7 +271,9 @@ def from_spark(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _maps_as_dicts(entry: Mapping[str, Any]) -> dict[str, Any]:
+def _maps_as_dicts(entry: Any) -> Any:
+    if not isinstance(entry, Mapping):
+        return entry  # a count of freshness_counts
     out = dict(entry)
     pairs = out.get("failed_by_error")
     out["failed_by_error"] = dict(pairs) if pairs else {}

@@ -1,7 +1,9 @@
 """Prometheus exporter of window results (prometheus-client), on 127.0.0.1.
 
 Metric names end in their unit (``_ratio``, ``_total``, ``_seconds``); labels are ``topic`` and ``tier``.
-Ratio gauges hold the newest final window's value; ``_total`` counters add every final window. Unaudited
+Ratio gauges hold the newest final window's value; ``_total`` counters add every final window
+(``freshness_messages_total``: the tiers' freshness histograms, cumulative per ``le`` in seconds, the
+bounds of :mod:`audit_record.freshness`, for the freshness SLOs' rules). Unaudited
 messages (no audit stamp) have their own counter and share (``unaudited_ratio``), never in ``lost``;
 unaccounted messages (a stamp naming no reporting producer) their own counter and gauge, never in ``lost``;
 ``final_wait_seconds`` is how long the newest window waits after its end before it is final.
@@ -27,7 +29,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from audit_record import window_result
+from audit_record import freshness, window_result
 from predictor.training_store import SKIP_REASONS
 from spark_streaming.retraining import RESULTS as RETRAIN_RESULTS
 
@@ -99,6 +101,12 @@ class ResultMetrics:
         )
         self.windows = Counter(
             "kafka_audit_windows_total", "Window results emitted", (*LABELS, "state"), registry=r
+        )
+        self.freshness = Counter(
+            "kafka_audit_freshness_messages_total",
+            "Messages the tier held within le seconds of their CreateTime, cumulative per le (final windows)",
+            (*LABELS, "le"),
+            registry=r,
         )
         self.received = Counter(
             "kafka_audit_messages_received_total",
@@ -351,6 +359,7 @@ class ResultMetrics:
             self.unique.labels(*labels).inc(row["unique"])
             self.lost.labels(*labels).inc(max(0, row["sent"] - row["unique"]))
             self.duplicated.labels(*labels).inc(row["duplicated"])
+            self._observe_freshness(labels, row)
             self._observe_attribution(labels, row)
             self._observe_unaudited(labels, row)
             self._observe_comparison(labels, row)
@@ -359,6 +368,19 @@ class ResultMetrics:
         for lt in late:
             self.late.labels(lt["topic"]).inc(lt["late"] or 0)
         self.observe_producers(producers or [])
+
+    def _observe_freshness(self, labels: tuple[str, str], row: dict[str, Any]) -> None:
+        """Add a final window's freshness histogram (``freshness_counts``, if measured) to the ``le`` series.
+
+        Cumulative per ``le`` (seconds, :data:`audit_record.freshness.LE_LABELS`): ``le="30"`` counts the
+        messages held within 30 s, ``le="+Inf"`` every message whose freshness was measured. Every ``le``
+        series of a (topic, tier) starts together, so ratios of two of them are exact counts.
+        """
+        counts = row.get("freshness_counts") or []
+        if not counts:
+            return
+        for le, n in zip(freshness.LE_LABELS, freshness.cumulative(counts), strict=True):
+            self.freshness.labels(*labels, le).inc(n)
 
     def _observe_attribution(self, labels: tuple[str, str], row: dict[str, Any]) -> None:
         """Count a final window's loss per leader broker and its failed deliveries per error.

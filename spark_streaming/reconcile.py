@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from audit_record import PRODUCER_TIER, AuditRecord, cluster_tier, window_result
+from audit_record import PRODUCER_TIER, AuditRecord, cluster_tier, freshness, window_result
 from audit_record.rates import completeness, duplicate_rate, loss_rate
 from audit_record.record import COUNT_FIELDS
 from audit_record.tiers import TierOrder
@@ -67,7 +67,8 @@ def compact(record: AuditRecord, partition: int, offset: int) -> dict[str, Any]:
     partition (``audit_record.PartitionDelivery`` as dicts), when the record has them; ``producer_name``
     the producer's ``<client.id>@<host>.<pid>`` when its snapshot says who it is (``producer_identity``);
     ``read_offsets`` a reading tier's ``[partition, position]`` pairs when it reports them (the job's
-    finality by proof, :mod:`spark_streaming.finality_proof`).
+    finality by proof, :mod:`spark_streaming.finality_proof`); ``freshness_counts`` a reading tier's
+    freshness histogram when it measured one (:mod:`audit_record.freshness`).
     """
     out: dict[str, Any] = {k: getattr(record, k) for k in _KEEP}
     out["order"] = [partition, offset]
@@ -81,6 +82,8 @@ def compact(record: AuditRecord, partition: int, offset: int) -> dict[str, Any]:
         out["producer_name"] = record.producer_identity.name()
     if record.read_offsets:
         out["read_offsets"] = [[r.partition, r.offset] for r in record.read_offsets]
+    if record.freshness_counts:
+        out["freshness_counts"] = list(record.freshness_counts)
     return out
 
 
@@ -321,7 +324,9 @@ def reconcile(
     ``tcp_timeout_pct_est`` = their TCP retransmission timeouts per 100 segments (percent, weighted the
     same way; :func:`sent_weighted_mean`), ``message_size_bytes`` M = value bytes / messages sent
     (producers reporting bytes). ``partitions``
-    breaks each tier's result down by partition (:func:`partition_breakdown`).
+    breaks each tier's result down by partition (:func:`partition_breakdown`). ``freshness_counts`` adds
+    up the tier's snapshots' freshness histograms entry by entry (those that measured it; every message
+    of the tier, audited or not: freshness is the tier's, whoever sent).
     """
     snaps = list(snapshots)
     clusters = list(clusters)
@@ -389,6 +394,7 @@ def reconcile(
                 result_at_ms=result_at,
                 final_wait_ms=final_wait_ms,
                 partitions=partition_breakdown(producers, mine, set(sent_by)),
+                freshness_counts=freshness.add_counts(s.get("freshness_counts") for s in mine),
             )
         )
     add_tier_view(rows, snaps, order, sent, window_end_ms)

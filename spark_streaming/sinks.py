@@ -57,13 +57,16 @@ _PARTITION_TYPE = pa.list_(
 """Arrow type of ``partitions`` (``PartitionResult`` of ``window_result.avsc``; a map stays a map)."""
 if tuple(_PARTITION_TYPE.value_type.names) != window_result.PARTITION_FIELDS:  # pragma: no cover
     raise ImportError("the Parquet type of 'partitions' must follow window_result.avsc's PartitionResult")
+_STRUCTURE_TYPES = {"partitions": _PARTITION_TYPE, "freshness_counts": pa.list_(pa.int64())}
+"""Arrow type of each of ``window_result.STRUCTURED_FIELDS``."""
 PARQUET_SCHEMA = pa.schema(
     [
-        (n, _PARTITION_TYPE if n in window_result.STRUCTURED_FIELDS else _ARROW_TYPES[t])
+        (n, _STRUCTURE_TYPES[n] if n in window_result.STRUCTURED_FIELDS else _ARROW_TYPES[t])
         for n, t in window_result.SPARK_TYPES.items()
     ]
 )
-"""Arrow schema of the Parquet results: every window-result field, nullable; ``partitions`` as structure."""
+"""Arrow schema of the Parquet results: every window-result field, nullable; ``partitions`` and
+``freshness_counts`` as structure."""
 
 
 class SinkError(KafkaAuditError):
@@ -191,10 +194,9 @@ class KafkaResultSink:
 def _arrow_row(row: dict[str, Any]) -> dict[str, Any]:
     """Return a result row as pyarrow takes it: a map (``failed_by_error``) as (key, value) pairs."""
     out = dict(row)
-    for name in window_result.STRUCTURED_FIELDS:
-        out[name] = [
-            {**p, "failed_by_error": list((p.get("failed_by_error") or {}).items())} for p in row[name]
-        ]
+    out["partitions"] = [
+        {**p, "failed_by_error": list((p.get("failed_by_error") or {}).items())} for p in row["partitions"]
+    ]
     return out
 
 

@@ -175,7 +175,7 @@ def test_precedence_command_line_over_environment_over_config_file(tmp_path, mon
     ("values", "named"),
     [
         ({"completeness": [{"objective": 1.0}]}, "completeness (KAFKA_AUDIT_SLO_COMPLETENESS): 0.objective"),
-        ({"completeness": [{"period": "30 days"}]}, "allowed: an integer > 0 followed by one unit of m, h"),
+        ({"completeness": [{"period": "30 days"}]}, "an integer > 0 followed by one unit of s, m, h"),
         ({"completeness": [{"topic_pattern": "(?!tmp).*"}]}, "look-around and back-references are not"),
         ({"completeness": [{"topic_pattern": "orders("}]}, "0.topic_pattern: 'orders(' is not a regular"),
         (
@@ -217,12 +217,12 @@ def test_cli_writes_rules_that_promtool_checks(tmp_path):
     out = tmp_path / "rules" / "slo.yml"
     result = CliRunner().invoke(app, ["slo", "rules", "--config", str(config), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert "28 recording rules, 6 alerts" in result.output
+    assert "42 recording rules, 9 alerts" in result.output
     done = _promtool("check", "rules", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 34 rules found" in done.stdout
+    assert "SUCCESS: 51 rules found" in done.stdout
     text = out.read_text()
-    assert "# fresh: freshness 99% within 30 s over 30d: not yet measured" in text
+    assert "# fresh: freshness 99% within 30 s over 30d, topics ~ .*, tiers ~ cluster:.*" in text
     assert 'kafka_audit_messages_lost_total{topic=~"orders\\\\..*", tier=~"cluster:.*"}[1h]' in text
 
 
