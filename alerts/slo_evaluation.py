@@ -151,20 +151,12 @@ class WindowHistory:
         out: list[dict[str, Any]] = []
         for part in (self._buckets, self._fine):
             for (topic, tier), windows in part.items():
-                out.extend(
-                    {
-                        "topic": topic,
-                        "tier": tier,
-                        "state": "final",
-                        "window_start_ms": w.start_ms,
-                        "window_end_ms": w.end_ms,
-                        "sent": w.sent,
-                        "unique": w.sent - w.lost,
-                        "freshness_counts": w.freshness,
-                        "result_at_ms": 0,
-                    }
-                    for w in windows.values()
-                )
+                for w in windows.values():
+                    key = {"topic": topic, "tier": tier, "window_start_ms": w.start_ms}
+                    counted = {"sent": w.sent, "unique": w.sent - w.lost, "freshness_counts": w.freshness}
+                    out.append(
+                        {**key, **counted, "window_end_ms": w.end_ms, "state": "final", "result_at_ms": 0}
+                    )
         return out
 
     def spending(self, key: Key, since_ms: int, now_ms: int, limit: int = SPENDING_WINDOWS) -> list[_Window]:
@@ -450,3 +442,56 @@ class SloEvaluator:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not an SLO evaluator state: {type(exc).__name__}: {exc}") from exc
         self._machines, self._firing = machines, firing
+
+
+# ------------------------------------------------------------------------------------ the report
+def report_data(rows: Iterable[Mapping[str, Any]], settings: SloSettings, now_ms: int) -> dict[str, Any]:
+    """Return the SLO section of ``kafka-audit report`` as JSON-compatible data (``dashboards`` renders it).
+
+    The same evaluation as the job's and ``slo status``'s (:class:`SloEvaluator` over ``rows`` at
+    ``now_ms``), so the report shows their numbers.
+
+    Returns:
+        ``{"evaluated_at_ms", "windows": [alert windows], "statuses": [SloStatus as dicts], "spending":
+        [per completeness status, the final windows of its period that lost the most (at most
+        SPENDING_WINDOWS): slo, topic, tier, window_start_ms, window_end_ms, sent, lost, budget_share
+        (lost / the budget in messages)], "freshness": [per (topic, tier) with a measured histogram over
+        the longest period: topic, tier, counts (the summed freshness_counts)]}``.
+    """
+    import dataclasses
+
+    rows = list(rows)
+    evaluator = SloEvaluator(settings)
+    evaluator.observe(rows, now_ms)
+    spending: list[dict[str, Any]] = []
+    for s in evaluator.statuses:
+        if alertname_of(s) != ALERT_NAME:
+            continue
+        budget = (1.0 - s.objective) * s.period_counts.sent
+        since = now_ms - duration_seconds(s.period) * 1000
+        for w in _all_spending(rows, s.topic, s.tier, since, now_ms):
+            where = {"slo": s.slo, "topic": s.topic, "tier": s.tier}
+            window = {"window_start_ms": w.start_ms, "window_end_ms": w.end_ms}
+            share = w.lost / budget if budget else None
+            spending.append({**where, **window, "sent": w.sent, "lost": w.lost, "budget_share": share})
+    histograms: dict[Key, list[int]] = {}
+    for r in final_windows(rows):
+        if now_ms - evaluator.keep_ms < int(r["window_end_ms"]) <= now_ms and r.get("freshness_counts"):
+            key = (str(r["topic"]), str(r["tier"]))
+            histograms[key] = _histogram_sum(histograms.get(key, []), [int(n) for n in r["freshness_counts"]])
+    return {
+        "evaluated_at_ms": now_ms,
+        "windows": _alert_windows(settings),
+        "statuses": [dataclasses.asdict(s) for s in evaluator.statuses],
+        "spending": spending,
+        "freshness": [{"topic": t, "tier": r, "counts": c} for (t, r), c in sorted(histograms.items())],
+    }
+
+
+def _all_spending(
+    rows: list[Mapping[str, Any]], topic: str, tier: str, since_ms: int, now_ms: int
+) -> list[_Window]:
+    """Return the final windows of (topic, tier) that ended in ``(since_ms, now_ms]`` and lost, most first."""
+    history = WindowHistory(now_ms - since_ms, now_ms - since_ms, now_ms - since_ms)
+    history.add([r for r in rows if (r["topic"], r["tier"]) == (topic, tier)], now_ms)
+    return history.spending((topic, tier), since_ms, now_ms)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import ValidationError
@@ -11,6 +12,9 @@ from rich.console import Console
 
 from kafka_plumbing.errors import KafkaAuditError, config_error, setting_and_env_name
 from spark_streaming.settings import SparkJobSettings
+
+if TYPE_CHECKING:
+    from dashboards.report import SloReport
 
 SPARK_ENV = SparkJobSettings.model_config["env_prefix"]
 
@@ -108,8 +112,16 @@ def report_cmd(
             help="Alert events, JSON lines or Parquet (default: alerts.jsonl next to --results-dir)."
         ),
     ] = None,
+    slo_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="TOML or YAML config file whose [slo] section holds the SLOs of the report's SLO section "
+            "(default: KAFKA_AUDIT_SLO_*, else 99.99% complete over 30 days).",
+        ),
+    ] = None,
 ) -> None:
-    """Write a static HTML report (completeness heatmap, R_l/R_d vs predicted, gamma, model, alerts)."""
+    """Write a static HTML report (completeness heatmap, R_l/R_d vs predicted, gamma, model, SLOs, alerts)."""
     from dashboards.report import write_report
     from dashboards.report_data import parse_since
 
@@ -125,7 +137,8 @@ def report_cmd(
         alerts_path = alerts if alerts is not None else results_dir.parent / "alerts.jsonl"
         if alerts is not None and not alerts.exists():
             raise KafkaAuditError(f"--alerts {alerts}: no such file or directory")
-        n_results, n_alerts = write_report(results_dir, out, window, alerts_path)
+        slo = SLO_REPORT(slo_config) if SLO_REPORT is not None else None
+        n_results, n_alerts = write_report(results_dir, out, window, alerts_path, slo=slo)
     except KafkaAuditError as exc:
         raise _fail(exc) from exc
     console.print(
@@ -135,7 +148,19 @@ def report_cmd(
     )
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``dashboards build|push`` and ``report`` to the ``kafka-audit`` typer app."""
+SLO_REPORT: Callable[[Path | None], SloReport] | None = None
+"""Given the ``--config`` file, the report's SLO section (``dashboards.report.SloReport``); set by
+:func:`register` from the application, which may import ``alerts`` (this layer may not)."""
+
+
+def register(app: typer.Typer, slo_report: Callable[[Path | None], SloReport] | None = None) -> None:
+    """Add ``dashboards build|push`` and ``report`` to the ``kafka-audit`` typer app.
+
+    Args:
+        app: The ``kafka-audit`` app.
+        slo_report: Builds the report's SLO section from a config file (None: the report has none).
+    """
+    global SLO_REPORT  # set once, when the application assembles its CLI
+    SLO_REPORT = slo_report
     app.add_typer(dashboards_app, name="dashboards")
     app.command("report")(report_cmd)

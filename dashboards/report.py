@@ -9,7 +9,9 @@ tier the measured R_l and R_d against the predicted P_l and P_d with their 90% i
 against its target (Eq. 2); the predictor model on this deployment: live MAE(P_l) and 90% interval
 coverage per model version over time (rolling over its last 30 final windows, as the job's calibration
 monitor), and predicted against actual R_l per topic; the alerts table (with the model decisions of
-the alerts topic, when the alerts file has them). Plots are matplotlib PNGs embedded as base64 data
+the alerts topic, when the alerts file has them); the SLOs (:mod:`dashboards.report_slos`: budget
+left, burn rates, the windows that spent the budget, freshness per tier, as ``kafka-audit slo status``
+computes them). Plots are matplotlib PNGs embedded as base64 data
 URIs, so the file has no external references.
 
 This module assembles the document (its sections, the page template, the file); the plots are
@@ -21,10 +23,12 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from string import Template
+from typing import Any
 
 import pandas as pd
 
@@ -44,6 +48,7 @@ from dashboards.report_figures import (
     rate_plots,
     tier_plot,
 )
+from dashboards.report_slos import slo_section
 from dashboards.report_tables import (
     alerts_table,
     model_topic_table,
@@ -54,6 +59,9 @@ from dashboards.report_tables import (
     unaudited_table,
     utc_cell,
 )
+
+SloReport = Callable[[Path, int], Mapping[str, Any]]
+"""(results directory, now in ms) -> the SLO section's data (:func:`alerts.slo_evaluation.report_data`)."""
 
 
 def model_section(results: pd.DataFrame) -> str:
@@ -124,7 +132,13 @@ def _duration(td: timedelta) -> str:
     return f"{seconds}s"
 
 
-def render(results: pd.DataFrame, alerts: pd.DataFrame, since: timedelta | None, now: datetime) -> str:
+def render(
+    results: pd.DataFrame,
+    alerts: pd.DataFrame,
+    since: timedelta | None,
+    now: datetime,
+    slo: Mapping[str, Any] | None = None,
+) -> str:
     """Return the whole report as one HTML document (plots embedded).
 
     Args:
@@ -132,6 +146,8 @@ def render(results: pd.DataFrame, alerts: pd.DataFrame, since: timedelta | None,
         alerts: Alert events (:func:`dashboards.report_data.load_alerts`), may be empty.
         since: The look-back shown in the title (None: all results).
         now: The report's reference time (UTC).
+        slo: The SLO section's data (:func:`alerts.slo_evaluation.report_data`, over each SLO's whole
+            compliance period, not ``since``); None: the section says the SLOs were not evaluated.
     """
     template = Template(resources.files("dashboards").joinpath("templates/report.html").read_text())
     period = f"last {_duration(since)}" if since is not None else "all results"
@@ -163,6 +179,7 @@ def render(results: pd.DataFrame, alerts: pd.DataFrame, since: timedelta | None,
         gamma=gamma,
         model=model,
         suggestions=suggestions,
+        slos=slo_section(slo),
         alerts=alerts_table(alerts),
     )
 
@@ -173,8 +190,12 @@ def write_report(
     since: timedelta | None,
     alerts_path: Path | None = None,
     now: datetime | None = None,
+    slo: SloReport | None = None,
 ) -> tuple[int, int]:
     """Build the report from ``results_dir`` (and ``alerts_path``) and write it to ``out``.
+
+    ``slo``, given the results directory and ``now`` in ms, returns the SLO section's data (the
+    application passes :func:`alerts.slo_evaluation.report_data` over the directory's results).
 
     Returns:
         (number of final window results, number of alert episodes) shown.
@@ -187,5 +208,6 @@ def write_report(
     alerts = load_alerts(alerts_path, since, now)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(results, alerts, since, now))
+    slo_data = slo(results_dir, int(now.timestamp() * 1000)) if slo is not None else None
+    out.write_text(render(results, alerts, since, now, slo_data))
     return len(results), len(alerts)

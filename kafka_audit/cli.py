@@ -21,6 +21,7 @@ import logging
 import signal
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -532,6 +533,28 @@ register_up(app)
 COMMANDS_ENTRY_POINT_GROUP = "kafka_audit.commands"
 
 
+def _slo_report(config: Path | None) -> Callable[[Path, int], dict[str, Any]]:
+    """Return the report's SLO section builder: the SLOs of ``config`` over a results directory's windows.
+
+    ``kafka-audit report`` (``dashboards``) cannot import ``alerts`` (sibling layers): this is the
+    application handing :func:`alerts.slo_evaluation.report_data` over.
+
+    Raises:
+        ConfigError: invalid SLO settings (naming the key).
+    """
+    from alerts.slo_evaluation import report_data
+    from alerts.slo_settings import duration_seconds, load_slo_settings
+    from alerts.slo_status import read_parquet_results
+
+    settings = load_slo_settings(config)
+    period_ms = max(duration_seconds(s.period) for s in settings.slos()) * 1000
+
+    def build(results_dir: Path, now_ms: int) -> dict[str, Any]:
+        return report_data(read_parquet_results(results_dir, now_ms - period_ms), settings, now_ms)
+
+    return build
+
+
 def _register_package_commands() -> None:
     from importlib.metadata import entry_points
 
@@ -544,11 +567,11 @@ def _register_package_commands() -> None:
     for register in (
         register_predictor,
         register_alerts,
-        register_dashboards,
         register_control_loop,
         register_mirror,  # `mirror ...` and `tiers`
     ):
         register(app)
+    register_dashboards(app, slo_report=_slo_report)  # the report's SLO section comes from alerts
     for entry_point in entry_points(group=COMMANDS_ENTRY_POINT_GROUP):
         try:
             entry_point.load()(app)
