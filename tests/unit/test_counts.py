@@ -97,3 +97,16 @@ def test_latency_buckets_bound_the_value_within_25_percent():
     assert hist == expected
     assert latency.percentile(hist, 0.5) == latency.lower_bound(latency.bucket_of(5))  # 6th of 11
     assert latency.percentile([0] * latency.N_BUCKETS, 0.5) is None
+
+
+def test_sequences_the_jvm_interceptor_writes_with_run_containers_decode_here() -> None:
+    """The JVM consumer interceptor adds a partition's runs of sequences as ranges (RunContainers), so its
+    state's portable Roaring bytes differ from pyroaring's for the same set: pyroaring must read them.
+    The bytes are the interceptor's for {1, 2, 3, 1000, 2**40 + 5} (ConsumerAuditorTest pins them)."""
+    from pyroaring import BitMap64
+
+    java = bytes.fromhex(
+        "0200000000000000000000003b3000000100000300020001000200e8030000000100003a3000000100000000000000100000000500"
+    )
+    assert java != BitMap64([1, 2, 3, 1000, 2**40 + 5]).serialize()
+    assert list(BitMap64.deserialize(java)) == [1, 2, 3, 1000, 2**40 + 5]

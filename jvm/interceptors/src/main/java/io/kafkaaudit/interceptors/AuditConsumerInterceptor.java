@@ -31,6 +31,8 @@ public class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor<K, V>
     public static final long DEFAULT_SNAPSHOT_INTERVAL_MS = 1_000;
     /** Default grace, ms ({@code ConsumerAuditSettings.grace_ms}). */
     public static final long DEFAULT_GRACE_MS = 30_000;
+    /** At {@code close()}, the longest wait for the group's state of partitions not read back yet. */
+    static final Duration CLOSE_STATE_READ_TIMEOUT = Duration.ofSeconds(3);
 
     private final InterceptorMetrics metrics = new InterceptorMetrics();
     private volatile ConsumerAuditor auditor;
@@ -53,7 +55,7 @@ public class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor<K, V>
         String clientId = cid == null || cid.toString().isBlank() ? "consumer-" + group : cid.toString();
         writer = new AuditTopicWriter(configs, settings, clientId + ".kafka-audit", metrics);
         ProducerAuditor.Sink sink = writer; // the audit topic writer is the auditor's sink
-        StateTopicReader reader = new StateTopicReader(configs, settings, clientId + ".kafka-audit-state", Duration.ofSeconds(30));
+        StateTopicReader reader = new StateTopicReader(configs, settings, clientId + ".kafka-audit-state");
         auditor = new ConsumerAuditor(settings, group, sink, reader::read, System::currentTimeMillis, metrics);
         metrics.register("AuditConsumerInterceptor", clientId);
         timer = Executors.newSingleThreadScheduledExecutor(r -> {
@@ -116,7 +118,7 @@ public class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor<K, V>
                 timer.awaitTermination(5, TimeUnit.SECONDS);
             }
             if (a != null) {
-                a.flush();
+                a.flush(CLOSE_STATE_READ_TIMEOUT); // bounded: close() must not hang on an unreachable audit cluster
                 writer.flush(Duration.ofSeconds(10));
             }
         } catch (InterruptedException e) {

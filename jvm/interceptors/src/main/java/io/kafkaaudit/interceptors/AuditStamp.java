@@ -1,5 +1,6 @@
 package io.kafkaaudit.interceptors;
 
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.security.SecureRandom;
 import java.util.regex.Pattern;
@@ -150,25 +151,72 @@ public final class AuditStamp {
      * @throws MalformedStampException varint_length, varint_continuation, varint_not_minimal or sequence_range
      */
     public static long decodeVarint(byte[] data, int offset, int length) throws MalformedStampException {
+        return decodeVarintAt(data, offset, length);
+    }
+
+    /**
+     * Decode a minimal unsigned LEB128 varint of {@code length} bytes at the absolute index {@code offset} of
+     * {@code data} (its position is not moved).
+     *
+     * @throws MalformedStampException varint_length, varint_continuation, varint_not_minimal or sequence_range
+     */
+    public static long decodeVarint(ByteBuffer data, int offset, int length) throws MalformedStampException {
+        if (data.hasArray()) {
+            return decodeVarintAt(data.array(), data.arrayOffset() + offset, length);
+        }
+        byte[] copy = new byte[Math.max(0, Math.min(length, VARINT_MAX_BYTES + 1))];
+        data.get(offset, copy);
+        return decodeVarintAt(copy, 0, length);
+    }
+
+    private static long decodeVarintAt(byte[] data, int offset, int length) throws MalformedStampException {
         if (length < 1 || length > VARINT_MAX_BYTES) {
-            throw new MalformedStampException(
-                    "varint_length", "sequence varint of " + length + " bytes (allowed: 1 to 9)");
+            throw malformed("varint_length", "sequence varint of " + length + " bytes (allowed: 1 to 9)");
         }
         long n = 0;
-        for (int i = 0; i < length; i++) {
-            int b = data[offset + i] & 0xff;
-            if ((b >= 0x80) != (i < length - 1)) {
-                throw new MalformedStampException("varint_continuation", "sequence varint has a wrong continuation bit");
+        int last = offset + length - 1;
+        int shift = 0;
+        for (int i = offset; i < last; i++, shift += 7) {
+            int b = data[i];
+            if (b >= 0) {
+                throw malformed("varint_continuation", "sequence varint has a wrong continuation bit");
             }
-            n |= (long) (b & 0x7f) << (7 * i);
+            n |= (long) (b & 0x7f) << shift;
         }
-        if (length > 1 && data[offset + length - 1] == 0) {
-            throw new MalformedStampException("varint_not_minimal", "sequence varint is not minimal");
+        int b = data[last];
+        if (b < 0) {
+            throw malformed("varint_continuation", "sequence varint has a wrong continuation bit");
         }
+        if (b == 0 && length > 1) {
+            throw malformed("varint_not_minimal", "sequence varint is not minimal");
+        }
+        n |= (long) b << shift;
         if (n < 0) { // 9 groups of 7 bits: the 64th bit set
-            throw new MalformedStampException("sequence_range", "sequence out of range");
+            throw malformed("sequence_range", "sequence out of range");
         }
         return n;
+    }
+
+    /** Out of the hot path: the exception for a malformed stamp. */
+    private static MalformedStampException malformed(String reason, String detail) {
+        return new MalformedStampException(reason, detail);
+    }
+
+    /** @return the 8 id bytes at the absolute index {@code offset} of {@code data} as a big-endian long */
+    public static long idBits(ByteBuffer data, int offset) {
+        long id = 0;
+        if (data.hasArray()) {
+            byte[] a = data.array();
+            int at = data.arrayOffset() + offset;
+            for (int i = 0; i < ID_BYTES; i++) {
+                id = (id << 8) | (a[at + i] & 0xff);
+            }
+            return id;
+        }
+        for (int i = 0; i < ID_BYTES; i++) {
+            id = (id << 8) | (data.get(offset + i) & 0xff);
+        }
+        return id;
     }
 
     /**

@@ -1,5 +1,6 @@
 package io.kafkaaudit.interceptors;
 
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -47,6 +48,8 @@ final class ConsumerAuditor {
     static final long IDLE_MS = 5_000;
     /** Counters of closed windows are kept this long after their end to count late messages, ms. */
     static final long LATE_RETENTION_MS = 3_600_000;
+    /** The longest a flush waits to read the group's state topic to its end. */
+    static final java.time.Duration STATE_READ_TIMEOUT = java.time.Duration.ofSeconds(30);
 
     /** A record the audit cannot count. */
     record DeadLetter(String topic, byte[] key, byte[] value, List<Header> headers) {}
@@ -64,8 +67,7 @@ final class ConsumerAuditor {
     private final Map<TopicPartition, ConsumerPartition> parts = new LinkedHashMap<>();
     private final Map<Long, String> v2Ids = new HashMap<>();
     private final List<DeadLetter> deadLetters = new ArrayList<>();
-    private ConsumerPartition lastPart;
-    private final byte[] lastRawId = new byte[AuditStamp.ID_BYTES];
+    private long lastId;
     private String lastIdText;
 
     ConsumerAuditor(AuditSettings settings, String group, ProducerAuditor.Sink sink, StateTopicReader.Source stateSource,
@@ -79,27 +81,35 @@ final class ConsumerAuditor {
         this.metrics = metrics;
     }
 
-    /** Count every record of a poll. */
+    /** Count every record of a poll, partition by partition (one lookup of the partition's counts each). */
     <K, V> void onConsume(ConsumerRecords<K, V> records) {
         long now = clock.getAsLong();
         synchronized (lock) {
-            for (ConsumerRecord<K, V> r : records) {
-                count(r, now);
+            for (TopicPartition tp : records.partitions()) {
+                List<ConsumerRecord<K, V>> list = records.records(tp);
+                if (list.isEmpty()) {
+                    continue;
+                }
+                ConsumerPartition st = partition(tp);
+                for (int i = 0, n = list.size(); i < n; i++) {
+                    count(st, list.get(i), now);
+                }
+                st.nextOffset = list.get(list.size() - 1).offset() + 1;
+                st.lastRecordAtMs = now;
             }
         }
     }
 
-    private <K, V> void count(ConsumerRecord<K, V> r, long now) {
-        ConsumerPartition st = partition(r.topic(), r.partition());
-        st.nextOffset = r.offset() + 1;
-        st.lastRecordAtMs = now;
+    private <K, V> void count(ConsumerPartition st, ConsumerRecord<K, V> r, long now) {
         if (r.timestampType() == TimestampType.NO_TIMESTAMP_TYPE || r.timestamp() < 0) {
             deadLetter(r, "no_timestamp", "message has no timestamp");
             return;
         }
         Header stamp = null;
+        int kind = StampHeader.NONE;
         for (Header h : r.headers()) {
-            if (AuditStamp.KEY.equals(h.key()) || AuditStamp.KEY_V1.equals(h.key())) {
+            kind = StampHeader.kind(h);
+            if (kind != StampHeader.NONE) {
                 stamp = h;
                 break;
             }
@@ -107,57 +117,43 @@ final class ConsumerAuditor {
         String pid = null;
         long seq = 0;
         if (stamp != null) {
-            byte[] v = stamp.value();
+            ByteBuffer v = StampHeader.value(stamp);
+            int n = v == null ? 0 : v.remaining();
             try {
-                if (AuditStamp.KEY.equals(stamp.key()) && v != null && v.length > AuditStamp.ID_BYTES) {
-                    seq = AuditStamp.decodeVarint(v, AuditStamp.ID_BYTES, v.length - AuditStamp.ID_BYTES);
-                    pid = v2Id(v);
+                if (kind == StampHeader.V2 && n > AuditStamp.ID_BYTES) {
+                    int at = v.position();
+                    seq = AuditStamp.decodeVarint(v, at + AuditStamp.ID_BYTES, n - AuditStamp.ID_BYTES);
+                    pid = v2Id(AuditStamp.idBits(v, at));
                 } else {
-                    AuditStamp.Decoded d = AuditStamp.decode(stamp.key(), v);
+                    AuditStamp.Decoded d = AuditStamp.decode(kind == StampHeader.V2 ? AuditStamp.KEY : AuditStamp.KEY_V1,
+                            StampHeader.copy(v));
                     pid = d.producerId();
                     seq = d.sequence();
                 }
             } catch (MalformedStampException e) {
                 metrics.malformedStamps.incrementAndGet();
-                deadLetter(r, "bad_stamp", "audit stamp header of " + (v == null ? 0 : v.length) + " bytes is malformed ("
-                        + e.reason() + ")");
+                deadLetter(r, "bad_stamp", "audit stamp header of " + n + " bytes is malformed (" + e.reason() + ")");
                 return;
             }
         }
         st.observe(r.timestamp(), pid, seq, Math.max(0, r.serializedValueSize()), now - r.timestamp());
     }
 
-    private String v2Id(byte[] v) {
-        if (lastIdText != null && java.util.Arrays.equals(v, 0, AuditStamp.ID_BYTES, lastRawId, 0, AuditStamp.ID_BYTES)) {
+    /** @return the text form of a v2 producer id (its 8 bytes as a big-endian long), cached */
+    private String v2Id(long id) {
+        if (lastIdText != null && id == lastId) {
             return lastIdText; // consecutive records mostly come from one producer
-        }
-        System.arraycopy(v, 0, lastRawId, 0, AuditStamp.ID_BYTES);
-        lastIdText = v2IdLookup(v);
-        return lastIdText;
-    }
-
-    private String v2IdLookup(byte[] v) {
-        long id = 0;
-        for (int i = 0; i < AuditStamp.ID_BYTES; i++) {
-            id = (id << 8) | (v[i] & 0xff);
         }
         String text = v2Ids.get(id);
         if (text == null) {
-            text = AuditStamp.idText(v, 0);
+            text = AuditStamp.idText(id);
             if (v2Ids.size() < 100_000) {
                 v2Ids.put(id, text);
             }
         }
+        lastId = id;
+        lastIdText = text;
         return text;
-    }
-
-    private ConsumerPartition partition(String topic, int p) {
-        ConsumerPartition last = lastPart;
-        if (last != null && last.partition == p && last.topic.equals(topic)) {
-            return last;
-        }
-        lastPart = partition(new TopicPartition(topic, p));
-        return lastPart;
     }
 
     private ConsumerPartition partition(TopicPartition tp) {
@@ -207,6 +203,16 @@ final class ConsumerAuditor {
      * @return snapshots handed to the sink
      */
     int flush() {
+        return flush(STATE_READ_TIMEOUT);
+    }
+
+    /**
+     * {@link #flush()}, waiting at most {@code stateReadBudget} for the group's state of partitions not read
+     * back yet (those stay unreported if it cannot be read: counted in {@code stateReadFailures}).
+     *
+     * @return snapshots handed to the sink
+     */
+    int flush(java.time.Duration stateReadBudget) {
         long now = clock.getAsLong();
         Map<String, ConsumerPartition> toRead = new HashMap<>();
         synchronized (lock) {
@@ -220,7 +226,7 @@ final class ConsumerAuditor {
         Map<String, byte[]> states = null;
         if (!toRead.isEmpty()) {
             try {
-                states = stateSource.read(toRead.keySet());
+                states = stateSource.read(toRead.keySet(), stateReadBudget);
             } catch (Exception e) {
                 metrics.stateReadFailures.incrementAndGet();
                 metrics.internalError("reading the state topic " + settings.stateTopic(), e);
@@ -323,9 +329,6 @@ final class ConsumerAuditor {
                 }
             } else if (loaded != null && loaded.nextOffset > st.nextOffset) {
                 parts.remove(tp); // another member owns it now and has counted further
-                if (lastPart == st) {
-                    lastPart = null;
-                }
             }
         }
     }

@@ -32,6 +32,14 @@ final class ConsumerPartition {
         RoaringBitmap sequences = new RoaringBitmap();
         /** Sequences from 2^32 on (rare: 4 billion messages of one producer instance), created when needed. */
         Roaring64Bitmap large;
+        /**
+         * The newest run of consecutive sequences, [runStart, runEnd], not yet in the bitmaps (-1: none); every
+         * sequence in the bitmaps is below runStart. A producer's sequences reach one partition in increasing
+         * runs (a batch each), so most sequences extend the run with two comparisons, and the bitmaps take a
+         * whole run at once ({@link #settle}) instead of one binary search per sequence.
+         */
+        private long runStart = -1;
+        private long runEnd = -1;
         final LatencyHistogram latency = new LatencyHistogram();
 
         long unique(String producerId) {
@@ -41,11 +49,73 @@ final class ConsumerPartition {
             if (sequences == null) {
                 return unique;
             }
-            return sequences.getLongCardinality() + (large == null ? 0 : large.getLongCardinality());
+            long run = runStart < 0 ? 0 : runEnd - runStart + 1;
+            return sequences.getLongCardinality() + (large == null ? 0 : large.getLongCardinality()) + run;
         }
 
         /** @return whether the sequence was new (added), false for a duplicate */
         boolean add(long seq) {
+            if (runStart >= 0) {
+                if (seq == runEnd + 1) {
+                    runEnd = seq;
+                    return true;
+                }
+                if (seq >= runStart && seq <= runEnd) {
+                    return false;
+                }
+                if (seq > runEnd) {
+                    settle();
+                    runStart = seq;
+                    runEnd = seq;
+                    return true;
+                }
+                return addToBitmaps(seq); // below the run: the bitmaps hold everything before it
+            }
+            if (seq > largestInBitmaps()) {
+                runStart = seq;
+                runEnd = seq;
+                return true;
+            }
+            return addToBitmaps(seq);
+        }
+
+        /** Move the run into the bitmaps: call before reading {@link #sequences} or {@link #large} directly. */
+        void settle() {
+            if (runStart < 0) {
+                return;
+            }
+            long limit = 1L << 32;
+            if (runStart < limit) {
+                sequences.add(runStart, Math.min(runEnd + 1, limit));
+            }
+            if (runEnd >= limit) {
+                if (large == null) {
+                    large = new Roaring64Bitmap();
+                }
+                for (long v = Math.max(runStart, limit); v <= runEnd; v++) {
+                    large.addLong(v); // Roaring64Bitmap.addRange was 100x slower on short runs (RoaringBitmap 1.3.0)
+                }
+            }
+            runStart = -1;
+            runEnd = -1;
+        }
+
+        /** Forget the sequences once the window closed (its {@link #unique} count is kept). */
+        void dropSequences() {
+            sequences = null;
+            large = null;
+            runStart = -1;
+            runEnd = -1;
+        }
+
+        private long largestInBitmaps() {
+            if (large != null && !large.isEmpty()) {
+                return large.last();
+            }
+            return sequences.isEmpty() ? -1 : Integer.toUnsignedLong(sequences.last());
+        }
+
+        private boolean addToBitmaps(long seq) {
             if ((seq >>> 32) == 0) {
                 return sequences.checkedAdd((int) seq);
             }
@@ -165,8 +235,7 @@ final class ConsumerPartition {
             if (e.getKey().start() < firstOpen) {
                 Bucket b = open.remove(e.getKey());
                 b.unique = b.unique(e.getKey().producerId());
-                b.sequences = null;
-                b.large = null;
+                b.dropSequences();
                 b.dirty = true;
                 closed.put(e.getKey(), b);
                 out.add(e.getKey());
@@ -218,6 +287,8 @@ final class ConsumerPartition {
                 b.duplicated += mine.duplicated;
                 b.latency.merge(mine.latency.counts(), mine.latency.maxMs());
                 if (mine.sequences != null) {
+                    mine.settle();
+                    b.settle();
                     b.duplicated += RoaringBitmap.andCardinality(b.sequences, mine.sequences);
                     b.sequences.or(mine.sequences);
                     if (mine.large != null) {
@@ -229,8 +300,7 @@ final class ConsumerPartition {
                     }
                 } else { // this member had closed it already: its unique count is all that is left
                     b.unique = b.unique(e.getKey().producerId()) + mine.unique;
-                    b.sequences = null;
-                    b.large = null;
+                    b.dropSequences();
                 }
             }
             b.dirty = true;

@@ -78,6 +78,9 @@ final class ConsumerStateCodec {
                     hist.add(n);
                 }
                 r.put("histogram", hist);
+                if (!closed && b.sequences != null) {
+                    b.settle();
+                }
                 r.put("sequences", closed || b.sequences == null ? null : ByteBuffer.wrap(portable(b.sequences, b.large)));
                 buckets.add(r);
             }

@@ -19,17 +19,16 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * and {@code kafka.audit.producer.*}; created per read, on the interceptor's timer thread.
  */
 final class StateTopicReader {
-    /** Reads the newest value per key; throws if the topic cannot be read to its end in time. */
+    /** Reads the newest value per key; throws if the topic cannot be read to its end within {@code budget}. */
     @FunctionalInterface
     interface Source {
-        Map<String, byte[]> read(Set<String> keys) throws Exception;
+        Map<String, byte[]> read(Set<String> keys, Duration budget) throws Exception;
     }
 
     private final Map<String, Object> config;
     private final String topic;
-    private final Duration timeout;
 
-    StateTopicReader(Map<String, ?> hostConfigs, AuditSettings settings, String clientId, Duration timeout) {
+    StateTopicReader(Map<String, ?> hostConfigs, AuditSettings settings, String clientId) {
         Map<String, Object> p = AuditTopicWriter.producerConfig(hostConfigs, settings.producerOverrides(), clientId);
         Map<String, Object> c = new HashMap<>();
         for (Map.Entry<String, Object> e : p.entrySet()) {
@@ -45,15 +44,19 @@ final class StateTopicReader {
         c.put("interceptor.classes", List.of());
         this.config = c;
         this.topic = settings.stateTopic();
-        this.timeout = timeout;
     }
 
-    /** @return key -> newest value of the wanted keys found (none: the topic does not exist or holds none) */
-    Map<String, byte[]> read(Set<String> keys) {
+    /**
+     * Read the state topic to its end, all of it within {@code budget}.
+     *
+     * @return key -> newest value of the wanted keys found (none: the topic does not exist or holds none)
+     * @throws org.apache.kafka.common.errors.TimeoutException if the topic was not read to its end in time
+     */
+    Map<String, byte[]> read(Set<String> keys, Duration budget) {
         Map<String, byte[]> found = new HashMap<>();
-        long deadline = System.nanoTime() + timeout.toNanos();
+        long deadline = System.nanoTime() + budget.toNanos();
         try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(config, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
-            List<PartitionInfo> infos = c.partitionsFor(topic, timeout);
+            List<PartitionInfo> infos = c.partitionsFor(topic, left(deadline));
             if (infos == null || infos.isEmpty()) {
                 return found;
             }
@@ -63,11 +66,11 @@ final class StateTopicReader {
             }
             c.assign(tps);
             c.seekToBeginning(tps);
-            Map<TopicPartition, Long> end = c.endOffsets(tps, timeout);
+            Map<TopicPartition, Long> end = c.endOffsets(tps, left(deadline));
             while (true) {
                 boolean done = true;
                 for (TopicPartition tp : tps) {
-                    if (c.position(tp, timeout) < end.get(tp)) {
+                    if (c.position(tp, left(deadline)) < end.get(tp)) {
                         done = false;
                         break;
                     }
@@ -93,5 +96,9 @@ final class StateTopicReader {
                 }
             }
         }
+    }
+
+    private static Duration left(long deadlineNanos) {
+        return Duration.ofNanos(Math.max(1_000_000, deadlineNanos - System.nanoTime()));
     }
 }

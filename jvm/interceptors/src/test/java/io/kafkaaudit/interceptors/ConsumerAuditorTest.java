@@ -18,6 +18,8 @@ import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.apache.kafka.common.record.TimestampType;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 /** The application consumer tier: AuditedConsumer's counts (received, unique, duplicated, unaudited, late). */
 class ConsumerAuditorTest {
@@ -30,7 +32,7 @@ class ConsumerAuditorTest {
     /** A member of the group "billing" sharing the audit topic and the state topic with the others. */
     ConsumerAuditor member() {
         return new ConsumerAuditor(AuditSettings.from(Map.of(), 1_000, 30_000), "billing", sink,
-                keys -> new java.util.HashMap<>(sink.states), now::get, metrics);
+                (keys, budget) -> new java.util.HashMap<>(sink.states), now::get, metrics);
     }
     long offset;
 
@@ -52,16 +54,23 @@ class ConsumerAuditorTest {
                 Map.<TopicPartition, OffsetAndMetadata>of()));
     }
 
-    @Test
-    void countsUniqueDuplicatedUnauditedAndDeadLettersBadStamps() throws Exception {
+    /** A header as built by an application, or as the consumer parses it from a fetch (read in place). */
+    static Header header(boolean fetched, String key, byte[] value) {
+        return fetched ? StampHeaderTest.fetched(key, value) : new RecordHeader(key, value);
+    }
+
+    @ParameterizedTest(name = "headers as fetched: {0}")
+    @ValueSource(booleans = {false, true})
+    void countsUniqueDuplicatedUnauditedAndDeadLettersBadStamps(boolean fetched) throws Exception {
         long t = 10 * W + 5;
+        byte[] id = {1, 2, 3, 4, 5, 6, 7, 8};
         List<ConsumerRecord<byte[], byte[]>> batch = new ArrayList<>();
-        batch.add(rec(t, v2(1)));
-        batch.add(rec(t, v2(2)));
-        batch.add(rec(t, v2(2))); // a duplicate
-        batch.add(rec(t)); // unaudited
-        batch.add(rec(t, new RecordHeader(AuditStamp.KEY_V1, AuditStamp.encode("app@h.1.x", 9))));
-        batch.add(rec(t, new RecordHeader(AuditStamp.KEY, new byte[] {1, 2, 3}))); // malformed
+        batch.add(rec(t, header(fetched, AuditStamp.KEY, AuditStamp.encodeV2(id, 1))));
+        batch.add(rec(t, new RecordHeader("traceparent", new byte[3]), header(fetched, AuditStamp.KEY, AuditStamp.encodeV2(id, 2))));
+        batch.add(rec(t, header(fetched, AuditStamp.KEY, AuditStamp.encodeV2(id, 2)))); // a duplicate
+        batch.add(rec(t, header(fetched, "~b", AuditStamp.encodeV2(id, 3)))); // unaudited: not a stamp key
+        batch.add(rec(t, header(fetched, AuditStamp.KEY_V1, AuditStamp.encode("app@h.1.x", 9))));
+        batch.add(rec(t, header(fetched, AuditStamp.KEY, new byte[] {1, 2, 3}))); // malformed
         consume(batch);
         assertEquals(3, auditor.flush()); // three buckets: the v2 producer, the v1 producer, unaudited
         List<GenericRecord> byPid = sink.records.stream().filter(r -> "~0102030405060708".equals(String.valueOf(r.get("producer_id")))).toList();
@@ -137,7 +146,7 @@ class ConsumerAuditorTest {
     }
 
     @Test
-    void stateBytesMatchPyroaring() throws Exception {
+    void stateBytesAreThePortableRoaringFormatPyroaringReads() throws Exception {
         // pyroaring: BitMap64([1, 2, 3, 1000, 2**40 + 5]).serialize().hex()
         byte[] py = java.util.HexFormat.of().parseHex("0200000000000000000000003a300000010000000000030010000000010002000300"
                 + "e803000100003a3000000100000000000000100000000500");
@@ -149,6 +158,52 @@ class ConsumerAuditorTest {
         for (long v : new long[] {1, 2, 3, 1000, (1L << 40) + 5}) {
             c.add(v);
         }
-        org.junit.jupiter.api.Assertions.assertArrayEquals(py, ConsumerStateCodec.portable(c.sequences, c.large));
+        c.settle();
+        // Runs go in as ranges (RunContainers), so the bytes are not pyroaring's for the same set, but the same
+        // portable format: tests/unit/test_counts.py decodes exactly these bytes with pyroaring.
+        byte[] written = ConsumerStateCodec.portable(c.sequences, c.large);
+        assertEquals("0200000000000000000000003b3000000100000300020001000200e8030000000100003a3000000100000000000000"
+                + "100000000500", java.util.HexFormat.of().formatHex(written));
+        ConsumerPartition.Bucket d = new ConsumerPartition.Bucket();
+        ConsumerStateCodec.readPortable(java.nio.ByteBuffer.wrap(written), d);
+        assertEquals(5, d.unique("~x"));
+        assertTrue(!d.add(1L << 40 | 5) && !d.add(1000) && !d.add(2) && d.add(4));
+    }
+
+    @Test
+    void aBucketCountsEverySequenceOnceWhateverTheOrder() {
+        for (long seed = 1; seed <= 16; seed++) {
+            java.util.Random rnd = new java.util.Random(seed);
+            ConsumerPartition.Bucket b = new ConsumerPartition.Bucket();
+            java.util.Set<Long> seen = new java.util.HashSet<>();
+            long next = seed % 2 == 0 ? 0 : (1L << 32) - 300; // runs across the 32-bit boundary too
+            for (int i = 0; i < 2_000; i++) {
+                int pick = rnd.nextInt(10);
+                long seq;
+                if (pick < 6) {
+                    seq = next++; // the next of a run
+                } else if (pick < 7) {
+                    next += 1 + rnd.nextInt(200); // a gap: the other partitions' sequences
+                    seq = next++;
+                } else if (pick < 9 && !seen.isEmpty()) {
+                    seq = Math.max(0, next - 1 - rnd.nextInt(400)); // a copy or a late earlier one
+                } else {
+                    seq = rnd.nextInt(1_000_000); // anywhere
+                }
+                assertEquals(seen.add(seq), b.add(seq), "seed " + seed + " step " + i + " seq " + seq);
+                if (i % 37 == 0) {
+                    assertEquals(seen.size(), b.unique("~p"), "seed " + seed + " step " + i);
+                }
+                if (rnd.nextInt(500) == 0) {
+                    b.settle(); // as a state write does, mid-stream
+                }
+            }
+            b.settle();
+            long inBitmaps = b.sequences.getLongCardinality() + (b.large == null ? 0 : b.large.getLongCardinality());
+            assertEquals(seen.size(), inBitmaps, "seed " + seed);
+            for (long v : seen) {
+                assertTrue(v >>> 32 == 0 ? b.sequences.contains((int) v) : b.large.contains(v), "seed " + seed + " lost " + v);
+            }
+        }
     }
 }
