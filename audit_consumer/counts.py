@@ -97,7 +97,8 @@ class PartitionCounts:
             producer_id: Stamp's producer id bytes, or None for an unaudited message.
             sequence: Stamp's sequence number (ignored when unaudited).
             size: Value bytes.
-            latency_ms: Consume time minus CreateTime, ms.
+            latency_ms: Consume time minus CreateTime, ms (a late message's goes to the freshness
+                histogram at once: the latency percentiles are of the window's own messages).
         """
         start = window_start(timestamp_ms, self.window_ms)
         self.dirty = True
@@ -109,6 +110,8 @@ class PartitionCounts:
                 b = self.closed[(start, producer_id)] = new_bucket()
                 b[SEQS] = None
             b[LATE] += 1
+            if b[FRESH] is not None:  # held, however late: it counts in the tier's freshness
+                b[FRESH][freshness.bucket_of(latency_ms)] += 1
             b[DIRTY] = 1
             return
         b = self.open.get((start, producer_id))
@@ -421,7 +424,7 @@ def count_batch(
         if not (c_lo <= ts < c_hi and pid == c_pid):
             start = ts - ts % wm
             if start < first_open:
-                st.observe(ts, pid, seq, 0, 0)  # late: counted on the closed window's counters
+                st.observe(ts, pid, seq, 0, now_ms - ts)  # late: on the closed window's counters
                 continue
             b = buckets.get((start, pid))
             if b is None:

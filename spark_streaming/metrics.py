@@ -349,6 +349,7 @@ class ResultMetrics:
                 self.final_wait.labels(*labels).set(row["final_wait_ms"] / 1000)
             self._observe_tier(labels, row)
             if row["state"] != "final":
+                self._start_freshness(labels, row)
                 continue
             if row["completeness"] is not None:
                 self.completeness.labels(*labels).set(row["completeness"])
@@ -368,6 +369,17 @@ class ResultMetrics:
         for lt in late:
             self.late.labels(lt["topic"]).inc(lt["late"] or 0)
         self.observe_producers(producers or [])
+
+    def _start_freshness(self, labels: tuple[str, str], row: dict[str, Any]) -> None:
+        """Create a (topic, tier)'s ``le`` series at 0 on its first measured provisional result.
+
+        A counter series first scraped with its value already up hides that step from ``increase()``
+        (Prometheus extrapolates from the first sample on): created at 0 before the first final window
+        is added, the first window counts in the freshness SLOs' rules too.
+        """
+        if row.get("freshness_counts"):
+            for le in freshness.LE_LABELS:
+                self.freshness.labels(*labels, le)
 
     def _observe_freshness(self, labels: tuple[str, str], row: dict[str, Any]) -> None:
         """Add a final window's freshness histogram (``freshness_counts``, if measured) to the ``le`` series.

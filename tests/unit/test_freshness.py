@@ -164,3 +164,13 @@ def test_the_job_adds_the_tiers_histograms_and_exports_them_cumulative_per_le():
         return metrics.registry.get_sample_value("kafka_audit_freshness_messages_total", labels)
 
     assert (value("1"), value("30"), value("60"), value("+Inf")) == (190.0, 190.0, 210.0, 210.0)
+
+
+def test_a_message_read_after_its_window_closed_counts_in_the_windows_freshness():
+    st = PartitionCounts("t", 0, window_ms=1_000, grace_ms=500)
+    st.observe(1_100, b"p", 1, 1, 20)
+    st.observe(2_600, b"p", 2, 1, 20)
+    assert [s for s, _, _ in st.advance(None, 60_000)] == [1_000]
+    st.observe(1_200, b"p", 3, 1, 45_000)  # late: held 45 s after its CreateTime
+    closed = st.closed[(1_000, b"p")]
+    assert closed[counts.LATE] == 1 and closed[counts.FRESH][freshness.bucket_of(45_000)] == 1
