@@ -58,6 +58,8 @@ PERIOD_BUCKETS = 720
 """Buckets a compliance period's older windows are merged into (1 h each for 30 d)."""
 SPENDING_WINDOWS = 5
 """How many of the windows that lost the most an alert names."""
+REPORT_SPENDING_WINDOWS = 10
+"""How many of them the report lists per SLO, topic and tier."""
 
 Key = tuple[str, str]
 """(topic, tier)."""
@@ -454,7 +456,7 @@ def report_data(rows: Iterable[Mapping[str, Any]], settings: SloSettings, now_ms
     Returns:
         ``{"evaluated_at_ms", "windows": [alert windows], "statuses": [SloStatus as dicts], "spending":
         [per completeness status, the final windows of its period that lost the most (at most
-        SPENDING_WINDOWS): slo, topic, tier, window_start_ms, window_end_ms, sent, lost, budget_share
+        REPORT_SPENDING_WINDOWS): slo, topic, tier, window_start_ms, window_end_ms, sent, lost, budget_share
         (lost / the budget in messages)], "freshness": [per (topic, tier) with a measured histogram over
         the longest period: topic, tier, counts (the summed freshness_counts)]}``.
     """
@@ -494,4 +496,4 @@ def _all_spending(
     """Return the final windows of (topic, tier) that ended in ``(since_ms, now_ms]`` and lost, most first."""
     history = WindowHistory(now_ms - since_ms, now_ms - since_ms, now_ms - since_ms)
     history.add([r for r in rows if (r["topic"], r["tier"]) == (topic, tier)], now_ms)
-    return history.spending((topic, tier), since_ms, now_ms)
+    return history.spending((topic, tier), since_ms, now_ms, REPORT_SPENDING_WINDOWS)

@@ -79,7 +79,8 @@ class SloStatus:
         period_counts: Events and bad events over the period.
         actual: 1 - error ratio over the period (None without events).
         budget_left: 1 - error ratio / (1 - objective) over the period (None without events; < 0 overspent).
-        burn_rates: Look-back (``1h``, ``5m``...) -> error ratio / (1 - objective) (None without events).
+        burn_rates: Every alert window, long and short (``5m``, ``1h``...) -> error ratio / (1 - objective)
+            (None without events).
         state: ``page``, ``ticket``, ``ok`` or ``no data``.
         firing: The burn-rate alerts firing, as ``<long>/<short> <factor>x``.
         kind: ``completeness`` or ``freshness``.
@@ -128,7 +129,8 @@ def _counts(slo: Slo, rows: list[Mapping[str, Any]], now_ms: int, window: str) -
 
 
 def _judge(slo: Slo, rows: list[Mapping[str, Any]], settings: SloSettings, now_ms: int) -> SloStatus:
-    windows = {w for a in settings.burn_rate_alerts for w in (a.long_window, a.short_window)} | {slo.period}
+    alert_windows = {w for a in settings.burn_rate_alerts for w in (a.long_window, a.short_window)}
+    windows = alert_windows | {slo.period}
     counts = {w: _counts(slo, rows, now_ms, w) for w in windows}
     budget = slo.error_budget
 
@@ -160,7 +162,7 @@ def _judge(slo: Slo, rows: list[Mapping[str, Any]], settings: SloSettings, now_m
         period_counts=period,
         actual=None if ratio is None else 1.0 - ratio,
         budget_left=None if ratio is None else 1.0 - ratio / budget,
-        burn_rates={a.long_window: burn(a.long_window) for a in settings.burn_rate_alerts},
+        burn_rates={w: burn(w) for w in sorted(alert_windows, key=duration_seconds)},
         state=state,
         firing=tuple(f[1] for f in firing),
         kind="freshness" if isinstance(slo, FreshnessSlo) else "completeness",
