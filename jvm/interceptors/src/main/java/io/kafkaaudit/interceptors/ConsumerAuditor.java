@@ -136,6 +136,9 @@ final class ConsumerAuditor {
                 return;
             }
         }
+        if (r.timestampType() == TimestampType.LOG_APPEND_TIME) {
+            st.logAppendTime = true; // the broker replaced the CreateTime: freshness not measured
+        }
         st.observe(r.timestamp(), pid, seq, Math.max(0, r.serializedValueSize()), now - r.timestamp());
     }
 
@@ -376,6 +379,15 @@ final class ConsumerAuditor {
                 .set("latency_p50_ms", b.latency.percentile(0.5))
                 .set("latency_p99_ms", b.latency.percentile(0.99))
                 .set("latency_max_ms", b.latency.max());
+        if (AuditRecordSchema.has(s, "freshness_counts")) {
+            List<Long> fresh = new ArrayList<>(FreshnessHistogram.N_COUNTS);
+            if (!st.logAppendTime && b.freshness != null) {
+                for (long n : b.freshness) {
+                    fresh.add(n);
+                }
+            }
+            out.set("freshness_counts", fresh); // empty: not measured
+        }
         Schema ro = schema.type("ReadOffset");
         if (ro != null && AuditRecordSchema.has(s, "read_offsets")) {
             GenericData.Array<GenericRecord> offsets = new GenericData.Array<>(1, s.getField("read_offsets").schema());

@@ -41,6 +41,8 @@ final class ConsumerPartition {
         private long runStart = -1;
         private long runEnd = -1;
         final LatencyHistogram latency = new LatencyHistogram();
+        /** Freshness counts ({@link FreshnessHistogram}) of the messages held, late ones included; null: not measured. */
+        long[] freshness = new long[FreshnessHistogram.N_COUNTS];
 
         long unique(String producerId) {
             if (producerId == null) {
@@ -138,6 +140,11 @@ final class ConsumerPartition {
     long watermarkMs = -1;
     long closedHorizonMs = -1;
     long lastRecordAtMs;
+    /**
+     * A record of the partition had a LogAppendTime timestamp (the topic's {@code message.timestamp.type}): the
+     * broker replaced its CreateTime, so freshness is not measured here (snapshots carry an empty histogram).
+     */
+    boolean logAppendTime;
     /** Whether the state the group wrote before (a previous member) has been read back and merged. */
     boolean stateLoaded;
     /** Whether the counts changed since the state was last written. */
@@ -187,6 +194,9 @@ final class ConsumerPartition {
                     return n;
                 });
                 c.late++;
+                if (c.freshness != null) { // held, however late: it counts in the tier's freshness
+                    c.freshness[FreshnessHistogram.bucketOf(latencyMs)]++;
+                }
                 c.dirty = true;
                 stateDirty = true;
                 return;
@@ -201,6 +211,9 @@ final class ConsumerPartition {
         b.received++;
         b.bytes += size;
         b.latency.add(latencyMs);
+        if (b.freshness != null) {
+            b.freshness[FreshnessHistogram.bucketOf(latencyMs)]++;
+        }
         b.dirty = true;
         if (pid != null && !b.add(seq)) {
             b.duplicated++;
@@ -263,6 +276,7 @@ final class ConsumerPartition {
             for (Bucket m : new Bucket[] {mine, mineClosed}) {
                 if (m != null) {
                     b.late += m.late + (m == mine ? m.received : 0);
+                    b.freshness = addFreshness(b.freshness, m.freshness);
                     if (m == mineClosed) {
                         b.received += m.received;
                         b.duplicated += m.duplicated;
@@ -286,6 +300,7 @@ final class ConsumerPartition {
                 b.late += mine.late;
                 b.duplicated += mine.duplicated;
                 b.latency.merge(mine.latency.counts(), mine.latency.maxMs());
+                b.freshness = addFreshness(b.freshness, mine.freshness);
                 if (mine.sequences != null) {
                     mine.settle();
                     b.settle();
@@ -318,6 +333,18 @@ final class ConsumerPartition {
         last = null;
         stateLoaded = true;
         stateDirty = true;
+    }
+
+    /** @return the entry-by-entry sum of two freshness histograms (null when either is not measured) */
+    static long[] addFreshness(long[] a, long[] b) {
+        if (a == null || b == null) {
+            return null;
+        }
+        long[] out = a.clone();
+        for (int i = 0; i < out.length && i < b.length; i++) {
+            out[i] += b[i];
+        }
+        return out;
     }
 
     /** @return whether {@link #advance} with the wall clock {@code nowMs} would close a window */

@@ -35,6 +35,11 @@ final class ConsumerStateCodec {
     /** Class-path resource of the state schema. */
     static final String RESOURCE = "/kafka-audit/state.avsc";
     private static final Schema SCHEMA = load();
+    /** {@link #SCHEMA} without its last field {@code freshness}: {@code audit_consumer/state.v1.avsc}. */
+    static final Schema V1_SCHEMA = withoutField(SCHEMA, "freshness");
+    /** The schema of the {@code freshness} field alone (null if the state schema has none). */
+    private static final Schema FRESHNESS_SCHEMA = SCHEMA.getField("freshness") == null ? null
+            : SCHEMA.getField("freshness").schema();
 
     private ConsumerStateCodec() {}
 
@@ -49,6 +54,19 @@ final class ConsumerStateCodec {
         }
     }
 
+    private static Schema withoutField(Schema schema, String name) {
+        if (schema.getField(name) == null) {
+            return schema;
+        }
+        List<Schema.Field> fields = new ArrayList<>();
+        for (Schema.Field f : schema.getFields()) {
+            if (!f.name().equals(name)) {
+                fields.add(new Schema.Field(f, f.schema()));
+            }
+        }
+        return Schema.createRecord(schema.getName(), schema.getDoc(), schema.getNamespace(), false, fields);
+    }
+
     /** @return the state topic's key of a partition */
     static byte[] key(String tier, String topic, int partition) {
         return (tier + "|" + topic + "|" + partition).getBytes(StandardCharsets.UTF_8);
@@ -58,6 +76,7 @@ final class ConsumerStateCodec {
     static byte[] encode(String tier, ConsumerPartition st) {
         Schema bucketSchema = SCHEMA.getField("buckets").schema().getElementType();
         GenericData.Array<GenericRecord> buckets = new GenericData.Array<>(st.buckets(), SCHEMA.getField("buckets").schema());
+        List<List<Long>> freshness = new ArrayList<>(st.buckets());
         for (boolean closed : new boolean[] {false, true}) {
             for (Map.Entry<ConsumerPartition.Key, ConsumerPartition.Bucket> e : (closed ? st.closed : st.open).entrySet()) {
                 ConsumerPartition.Bucket b = e.getValue();
@@ -83,6 +102,13 @@ final class ConsumerStateCodec {
                 }
                 r.put("sequences", closed || b.sequences == null ? null : ByteBuffer.wrap(portable(b.sequences, b.large)));
                 buckets.add(r);
+                List<Long> fresh = new ArrayList<>(FreshnessHistogram.N_COUNTS);
+                if (b.freshness != null) {
+                    for (long n : b.freshness) {
+                        fresh.add(n);
+                    }
+                }
+                freshness.add(fresh); // empty: not measured
             }
         }
         GenericRecord rec = new GenericData.Record(SCHEMA);
@@ -93,6 +119,9 @@ final class ConsumerStateCodec {
         rec.put("watermark_ms", st.watermarkMs);
         rec.put("closed_horizon_ms", st.closedHorizonMs);
         rec.put("buckets", buckets);
+        if (SCHEMA.getField("freshness") != null) {
+            rec.put("freshness", freshness);
+        }
         try {
             ByteArrayOutputStream out = new ByteArrayOutputStream(256);
             BinaryEncoder enc = EncoderFactory.get().directBinaryEncoder(out, null);
@@ -111,7 +140,14 @@ final class ConsumerStateCodec {
      */
     static ConsumerPartition decode(byte[] value, long windowMs, long graceMs) throws IOException {
         BinaryDecoder dec = DecoderFactory.get().binaryDecoder(value, null);
-        GenericRecord rec = new GenericDatumReader<GenericRecord>(SCHEMA).read(null, dec);
+        // The freshness field is last and a v1 state is this schema without it: read the v1 part, then the
+        // field only if bytes remain (audit_consumer/state_codec.py decides by length the same way).
+        GenericRecord rec = new GenericDatumReader<GenericRecord>(V1_SCHEMA).read(null, dec);
+        List<?> freshness = null;
+        if (FRESHNESS_SCHEMA != null && !dec.isEnd()) {
+            freshness = (List<?>) new GenericDatumReader<Object>(FRESHNESS_SCHEMA).read(null, dec);
+        }
+        int index = 0;
         ConsumerPartition st = new ConsumerPartition(rec.get("topic").toString(), (Integer) rec.get("partition"), windowMs, graceMs);
         st.nextOffset = (Long) rec.get("next_offset");
         st.watermarkMs = (Long) rec.get("watermark_ms");
@@ -132,6 +168,15 @@ final class ConsumerStateCodec {
                 h[i] = (Long) hist.get(i);
             }
             b.latency.merge(h, (Long) r.get("latency_max_ms"));
+            List<?> fresh = freshness == null || index >= freshness.size() ? null : (List<?>) freshness.get(index);
+            index++;
+            if (fresh == null || fresh.size() != FreshnessHistogram.N_COUNTS) {
+                b.freshness = null; // counted before freshness was measured: not measured for this window
+            } else {
+                for (int i = 0; i < FreshnessHistogram.N_COUNTS; i++) {
+                    b.freshness[i] = (Long) fresh.get(i);
+                }
+            }
             b.dirty = false;
             ConsumerPartition.Key key = new ConsumerPartition.Key((Long) r.get("window_start_ms"), pid);
             if ((Boolean) r.get("closed")) {

@@ -206,4 +206,46 @@ class ConsumerAuditorTest {
             }
         }
     }
+
+    @Test
+    void snapshotsAndTheStateCarryTheFreshnessOfEveryMessageHeldLateOnesIncluded() throws Exception {
+        long t = 10 * W + 5;
+        now.set(t + 40); // consumed 40 ms after CreateTime: the 100 ms bucket
+        consume(List.of(rec(t, v2(1)), rec(t, v2(2))));
+        now.set(t + 31_000); // 31 s: the 60 s bucket
+        consume(List.of(rec(t, v2(3))));
+        auditor.flush();
+        GenericRecord r = sink.records.stream().filter(x -> x.get("producer_id") != null).reduce((a, b) -> b).orElseThrow();
+        List<?> fresh = (List<?>) r.get("freshness_counts");
+        assertEquals(FreshnessHistogram.N_COUNTS, fresh.size());
+        assertEquals(2L, fresh.get(0));
+        assertEquals(1L, fresh.get(9));
+        assertEquals(3L, fresh.stream().mapToLong(x -> (Long) x).sum());
+        // the state keeps it; a state without the field (state.v1.avsc) reads as not measured
+        ConsumerPartition st = ConsumerStateCodec.decode(sink.states.values().iterator().next(), W, 30_000);
+        ConsumerPartition.Bucket b = st.open.values().stream().filter(x -> x.received == 3).findFirst().orElseThrow();
+        assertEquals(2L, b.freshness[0]);
+        assertEquals(1L, b.freshness[9]);
+        byte[] current = sink.states.values().iterator().next();
+        org.apache.avro.generic.GenericDatumReader<GenericRecord> v1Reader =
+                new org.apache.avro.generic.GenericDatumReader<>(ConsumerStateCodec.V1_SCHEMA);
+        GenericRecord v1Record = v1Reader.read(null, org.apache.avro.io.DecoderFactory.get().binaryDecoder(current, null));
+        java.io.ByteArrayOutputStream v1 = new java.io.ByteArrayOutputStream();
+        org.apache.avro.io.BinaryEncoder enc = org.apache.avro.io.EncoderFactory.get().directBinaryEncoder(v1, null);
+        new org.apache.avro.generic.GenericDatumWriter<GenericRecord>(ConsumerStateCodec.V1_SCHEMA).write(v1Record, enc);
+        enc.flush();
+        assertTrue(v1.size() < current.length);
+        ConsumerPartition old = ConsumerStateCodec.decode(v1.toByteArray(), W, 30_000);
+        assertTrue(old.open.values().stream().allMatch(x -> x.freshness == null));
+    }
+
+    @Test
+    void aLogAppendTimePartitionReportsNoFreshness() {
+        long t = 10 * W + 5;
+        consume(List.of(new ConsumerRecord<>("orders", 0, offset++, t, TimestampType.LOG_APPEND_TIME, -1, 10, null,
+                new byte[10], new RecordHeaders(new Header[] {v2(1)}), Optional.empty())));
+        auditor.flush();
+        GenericRecord r = sink.records.stream().filter(x -> x.get("producer_id") != null).findFirst().orElseThrow();
+        assertTrue(((List<?>) r.get("freshness_counts")).isEmpty());
+    }
 }
