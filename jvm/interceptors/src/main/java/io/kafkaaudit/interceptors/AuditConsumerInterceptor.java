@@ -58,6 +58,8 @@ public class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor<K, V>
         StateTopicReader reader = new StateTopicReader(configs, settings, clientId + ".kafka-audit-state");
         auditor = new ConsumerAuditor(settings, group, sink, reader::read, System::currentTimeMillis, metrics);
         metrics.register("AuditConsumerInterceptor", clientId);
+        writer.open();
+        auditor.warmUp();
         timer = Executors.newSingleThreadScheduledExecutor(r -> {
             Thread t = new Thread(r, "kafka-audit-consumer-" + clientId);
             t.setDaemon(true);

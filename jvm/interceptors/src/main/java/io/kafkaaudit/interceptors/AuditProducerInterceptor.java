@@ -62,6 +62,8 @@ public class AuditProducerInterceptor<K, V> implements ProducerInterceptor<K, V>
         auditor = new ProducerAuditor(settings, ProducerIdentity.of(clientId, now), ProducerSettingsReport.of(configs),
                 sink, System::currentTimeMillis, metrics);
         metrics.register("AuditProducerInterceptor", clientId);
+        writer.open();
+        auditor.warmUp();
         timer = Executors.newSingleThreadScheduledExecutor(r -> {
             Thread t = new Thread(r, "kafka-audit-producer-" + clientId);
             t.setDaemon(true);

@@ -13,8 +13,9 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * The interceptor's own producer to the audit topic: idempotent, {@code acks=all}, created on first use (no
- * network I/O in {@code configure}).
+ * The interceptor's own producer to the audit topic: idempotent, {@code acks=all}, created by {@link #open()}
+ * when the interceptor is configured (its I/O thread connects in the background: no network I/O on the caller's
+ * thread), else on first use.
  *
  * <p>Its connection comes from the host client's configuration ({@code bootstrap.servers},
  * {@code client.dns.lookup}, {@code security.protocol}, {@code ssl.*}, {@code sasl.*}), overridden by
@@ -111,6 +112,15 @@ public final class AuditTopicWriter implements AutoCloseable, ProducerAuditor.Si
             }
             outcome.done(false);
             return false;
+        }
+    }
+
+    /** Create the producer now (the interceptor's {@code configure}); a failure is counted and retried on first use. */
+    public void open() {
+        try {
+            producer();
+        } catch (RuntimeException | LinkageError e) {
+            metrics.internalError("creating the audit producer", e);
         }
     }
 

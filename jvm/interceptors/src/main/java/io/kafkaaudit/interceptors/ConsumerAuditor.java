@@ -354,6 +354,23 @@ final class ConsumerAuditor {
         }
     }
 
+    /**
+     * Build and encode one snapshot and one state of an empty partition, sent nowhere: loads and initializes
+     * what they need (Avro's writers, the state schema, RoaringBitmap's serialization) while the client is being
+     * constructed, not on the interceptor's thread in the application's first seconds of reading; never throws.
+     */
+    void warmUp() {
+        try {
+            ConsumerPartition st = new ConsumerPartition("kafka-audit.warm-up", 0, settings.windowMs(), settings.graceMs());
+            st.observe(0, "~0000000000000000", 1, 0, 0);
+            ConsumerPartition.Key k = st.open.keySet().iterator().next();
+            schema.encode(record(st, k, st.open.get(k), false, clock.getAsLong()));
+            ConsumerStateCodec.encode(tier, st);
+        } catch (RuntimeException | LinkageError e) {
+            metrics.internalError("warming up", e);
+        }
+    }
+
     private GenericRecord record(ConsumerPartition st, ConsumerPartition.Key k, ConsumerPartition.Bucket b, boolean isFinal,
             long now) {
         Schema s = schema.schema();

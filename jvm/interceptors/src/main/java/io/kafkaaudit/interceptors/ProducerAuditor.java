@@ -488,6 +488,20 @@ final class ProducerAuditor {
         return b.set("rtt_avg_ms", rtt).build();
     }
 
+    /**
+     * Build and encode one snapshot of an empty window, sent nowhere: loads and initializes what a snapshot
+     * needs (Avro's writer, UUID's random source) while the client is being constructed, not on the timer
+     * thread in the middle of the application's first seconds of sending; never throws.
+     */
+    void warmUp() {
+        try {
+            ProducerWindow w = new ProducerWindow("kafka-audit.warm-up", 0, settings.windowMs(), (short) 0);
+            schema.encode(record(w, clock.getAsLong(), false, false, null));
+        } catch (RuntimeException | LinkageError e) {
+            metrics.internalError("warming up", e);
+        }
+    }
+
     private GenericRecord record(ProducerWindow w, long now, boolean isFinal, boolean accounted, GenericRecord network) {
         Schema s = schema.schema();
         GenericRecordBuilder b = schema.builder()
