@@ -409,6 +409,12 @@ def test_every_tier_equals_the_verifier_on_its_cluster(clusters: Clusters, names
     finals = _finals(c, n)
     _assert_exact(c, n, finals)
     assert sum(finals[(w, "cluster:B")]["unique"] for w in sent) == produced
+    # Freshness measured at every tier (issue 40 item 2): the source cluster, the replica (its audit
+    # consumer's read time) and the application's AuditedConsumer count every message they hold.
+    for w in sent:
+        for t in TIERS:
+            row = finals[(w, t)]
+            assert sum(row["freshness_counts"]) == row["received"] + row["late"], (w, t)
     lags = {t: [finals[(w, t)]["tier_lag_ms"] for w in sent] for t in TIERS}
     assert len(probe_lags) >= 20, "MirrorMaker 2 did not copy the probe messages"
     _measure(

@@ -11,10 +11,12 @@ How the delay is injected: the audited producer writes the ``late`` topic's reco
 CreateTime 31 s or more in the past (``produce(timestamp=...)``): what a producer that buffered its
 messages for 31 s, or an upstream stage 31 s behind, hands to Kafka. Each burst fills one whole 1 s
 window that ended at least 31 s ago, so the audit consumer holds every message of it 31+ s after its
-CreateTime (bucket 30 < x <= 60 s). The audit consumer's grace (45 s) covers the delay, so the messages
-belong to their windows (not ``late``) and the job proves each window final once the producer has
-accounted for it and the tier has read past its offsets. The ``fresh`` topic, written by the same
-producer with CreateTime = now, is the control: its freshness error ratio is 0 and nothing fires for it.
+CreateTime (bucket 30 < x <= 60 s on an idle host). The audit consumer's grace (45 s) covers the
+delay, so the messages belong to their windows (not ``late``) and the job proves each window final once
+the producer has accounted for it and the tier has read past its offsets. The test's time is mostly
+the Spark job's start (20-50 s on 2 busy cores); the alert fires 2-3 s after the first final results.
+The ``fresh`` topic, written by the same producer with CreateTime = now, is the control: its freshness
+error ratio is 0 and nothing fires for it.
 """
 
 from __future__ import annotations
@@ -253,6 +255,5 @@ def test_a_freshness_slo_breached_by_an_injected_30s_delay_fires(
     for r in late_rows:
         within, held = freshness.fresh_and_total(r["freshness_counts"], 30_000)
         assert (within, held) == (0, r["received"]), r
-        assert r["freshness_counts"][freshness.BOUNDS_MS.index(60_000)] == held  # 30 s < x <= 60 s
     for r in fresh_rows:
         assert freshness.fresh_and_total(r["freshness_counts"], 30_000) == (r["received"], r["received"]), r
