@@ -143,17 +143,30 @@ def test_freshness_rules_pass_promtool_check(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_promtool_unit_tests_of_freshness_burn_rates(tmp_path):
-    doc = rules_document(SETTINGS)
+def _promtool_test(tmp_path: Path, settings: SloSettings) -> subprocess.CompletedProcess:
+    doc = rules_document(settings)
     for group in doc["groups"]:
         for rule in group["rules"]:
             rule.pop("annotations", None)
     (tmp_path / "slo-rules.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
     test = {"rule_files": ["slo-rules.yml"], "evaluation_interval": "1m", "tests": _tests()}
     (tmp_path / "slo-rules.test.yml").write_text(yaml.safe_dump(test, sort_keys=False, width=1_000))
-    done = _promtool("test", "rules", "slo-rules.test.yml", cwd=tmp_path)
+    return _promtool("test", "rules", "slo-rules.test.yml", cwd=tmp_path)
+
+
+def test_promtool_unit_tests_of_freshness_burn_rates(tmp_path):
+    done = _promtool_test(tmp_path, SETTINGS)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
+
+
+def test_without_the_low_traffic_guard_the_trickle_topic_would_page(tmp_path):
+    """The guard is what keeps the 3-messages-an-hour topic quiet (so the case above means something)."""
+    done = _promtool_test(tmp_path, SETTINGS.model_copy(update={"low_traffic_min_events": 0}))
+    out = done.stdout + done.stderr
+    assert done.returncode != 0 and "3 messages an hour" in out and 'urgency="page"' in out
+    for other in ("every message 30+ s late", "one window of late messages"):
+        assert other not in out, out
 
 
 def test_le_labels_are_the_bounds_in_seconds():
