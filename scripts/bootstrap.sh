@@ -10,9 +10,9 @@ log() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*" >&2; }
 
 # 1. Debian packages: the JDK 17 (Kafka, Spark), Maven (jars), iproute2/iptables/ping + libnetfilter-queue
 #    (testbed), Prometheus/Alertmanager (alerts, dashboards tests), Chromium (report screenshot test), kcat (an
-#    uninstrumented producer: the unaudited-traffic test).
+#    uninstrumented producer: the unaudited-traffic test), librdkafka-dev (rdkafka.h for the librdkafka plugin).
 APT_PACKAGES=(openjdk-17-jdk-headless maven iproute2 iptables iputils-ping build-essential python3.11-dev
-  libnetfilter-queue-dev prometheus prometheus-alertmanager chromium kcat)
+  libnetfilter-queue-dev prometheus prometheus-alertmanager chromium kcat librdkafka-dev)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
@@ -93,4 +93,17 @@ if [ ! -f "$dir/.complete" ]; then
   touch "$dir/.complete"
 fi
 ln -sfn "$dir" "$CACHE/jars-interceptors"
-log "ready: venv $VENV, runtime venv $RUNTIME, jars in $CACHE/jars-kafka, $CACHE/jars-spark, $CACHE/jars-jmx-exporter, $CACHE/jars-mirror and $CACHE/jars-interceptors"
+# 6. The librdkafka plugin (rdkafka_plugin: librdkafka-audit-plugin.so, audits librdkafka clients by
+#    plugin.library.paths), keyed by its sources and the audit record schema its Avro field program is
+#    generated from. It links no librdkafka: it uses the copy the client loaded.
+plugin_key=$(cat audit_record/audit_record.avsc $(find rdkafka_plugin -type f \( -name '*.[ch]' -o -name Makefile \
+  -o -name '*.py' \) -not -path '*/build/*' | sort) | sha256sum | cut -c1-16)
+dir="$CACHE/rdkafka-plugin-$plugin_key"
+if [ ! -f "$dir/.complete" ]; then
+  log "building the librdkafka plugin into $dir"
+  rm -rf "$dir"; mkdir -p "$dir"
+  make -s -C rdkafka_plugin OUT="$dir" PYTHON="$VENV/bin/python" >&2
+  touch "$dir/.complete"
+fi
+ln -sfn "$dir" "$CACHE/rdkafka-plugin"
+log "ready: venv $VENV, runtime venv $RUNTIME, jars in $CACHE/jars-kafka, $CACHE/jars-spark, $CACHE/jars-jmx-exporter, $CACHE/jars-mirror and $CACHE/jars-interceptors; librdkafka plugin in $CACHE/rdkafka-plugin"

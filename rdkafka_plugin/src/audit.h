@@ -1,0 +1,106 @@
+/* The producer tier's audit of one librdkafka producer instance (the plugin's counterpart of the JVM
+ * interceptors' ProducerAuditor, docs/DESIGN.md "librdkafka plugin"). */
+#ifndef KAFKA_AUDIT_AUDIT_H
+#define KAFKA_AUDIT_AUDIT_H
+#include <pthread.h>
+#include <stdint.h>
+
+#include "rdkafka_api.h"
+
+#define AUDIT_LIBRARY "kafka-audit-librdkafka"
+#define AUDIT_VERSION "0.1.0"
+#define INITIAL_RING_SLOTS ((size_t)1 << 16)
+#define LATENCY_BUCKETS 256 /* LatencyHistogram.java's: 4 sub-buckets per power of two */
+
+/* kafka.audit.* settings (defaults: AuditSettings.java, audit_producer.settings). */
+struct audit_settings {
+    const struct rk_api *api;
+    char *topic;
+    long long window_ms, snapshot_interval_ms, grace_ms, delivery_margin_ms;
+    int max_windows, inflight_slots, enabled;
+    int n_overrides;
+    char **override_keys, **override_values; /* kafka.audit.producer.<key> */
+};
+
+struct error_count {
+    int err;
+    long long n;
+};
+
+struct partition_counts {
+    int present;
+    long long acknowledged, failed, last_offset;
+    int n_errors;
+    struct error_count *errors;
+};
+
+enum window_state { WINDOW_OPEN, WINDOW_FINAL_PENDING, WINDOW_DONE };
+
+struct window {
+    uint64_t wid;
+    char *topic;
+    long long start, end;
+    uint16_t slot;
+    long long sent, acknowledged, failed, bytes, first_sequence, last_sequence;
+    int dirty, acks_changed;
+    enum window_state state;
+    int n_partitions; /* partitions[p + 1] for partition p (-1: failed before assignment) */
+    struct partition_counts *partitions;
+    long long latency[LATENCY_BUCKETS], latency_total, latency_max;
+};
+
+struct producer_report { /* ProducerConfig of the snapshots: the host client's settings */
+    char acks[8];
+    int enable_idempotence, batch_num_messages, message_timeout_ms, retries, retry_backoff_ms;
+    double linger_ms;
+};
+
+struct auditor {
+    const struct rk_api *api;
+    struct audit_settings s;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_t thread;
+    int thread_started, stop, closed;
+    unsigned char id[8];
+    char id_text[18];
+    char *client_id, *host, *library_version;
+    long long process_id, started_at_ms;
+    struct producer_report report;
+    int n_connection;
+    char **connection_keys, **connection_values; /* the host's connection and security settings */
+    uint64_t last_sequence;
+    uint16_t *ring;
+    size_t ring_len;
+    struct window **by_slot; /* slots 1..max_windows */
+    struct window *last;
+    int open;
+    uint64_t next_wid;
+    long long next_snapshot_ms;
+    rd_kafka_t *audit_rk;
+    long long next_producer_attempt_ms;
+    /* never-in-the-way counters (logged; the JVM's InterceptorMetrics) */
+    unsigned long long windows_dropped, unattributed, snapshot_failures, snapshots_sent, internal_errors;
+};
+
+long long now_ms(void);
+int audit_on_send(struct auditor *a, const char *topic, long long timestamp_ms, long long value_bytes,
+                  unsigned char *stamp, size_t *stamp_len);
+void audit_on_ack(struct auditor *a, uint64_t sequence, int partition, rd_kafka_resp_err_t err, long long offset,
+                  long long timestamp_ms);
+uint64_t audit_sequence_of(const struct auditor *a, const unsigned char *value, size_t len);
+void *audit_thread(void *arg);
+void audit_free_windows(struct auditor *a);
+
+/* avro_encode.c */
+struct buf {
+    unsigned char *p;
+    size_t len, cap;
+    int failed;
+};
+void buf_put(struct buf *b, const void *data, size_t n);
+/* Append the single-object encoding (C3 01, fingerprint, body) of window w's snapshot. */
+void encode_snapshot(struct buf *b, const struct auditor *a, const struct window *w, long long emitted_at_ms,
+                     int final, int accounted);
+double latency_percentile(const struct window *w, double q);
+#endif

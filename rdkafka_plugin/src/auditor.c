@@ -1,0 +1,436 @@
+/* Counting and snapshots of one audited producer instance: the rules of the JVM interceptors'
+ * ProducerAuditor.java and the Python AuditedProducer (docs/DESIGN.md, "librdkafka plugin").
+ *
+ * Per (topic, window of the message's CreateTime) it counts sent (on_send), acknowledged and failed (on
+ * on_acknowledgement, per partition, with error names and the highest acknowledged offset), value bytes and
+ * the acknowledgement latency. An acknowledgement finds its window through its stamp: the sequence indexes a
+ * ring of window slots (2 bytes per message in flight; starts at 65536 and doubles up to
+ * kafka.audit.inflight.slots while a send would overwrite a window not yet accounted for). One mutex guards
+ * everything, held for a few field updates in on_send / on_acknowledgement; the plugin's thread takes it to
+ * encode the due snapshots, then sends them through its own producer without it. Windows are capped
+ * (kafka.audit.max.windows; beyond, the oldest is dropped and counted). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "audit.h"
+
+
+#define CLOSE_TIMEOUT_MS 10000
+
+long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void log_failure(struct auditor *a, const char *what, const char *detail) {
+    unsigned long long n = a->snapshot_failures;
+    if (n <= 10 || (n & (n - 1)) == 0)
+        fprintf(stderr, "%%4|kafka-audit|%s: %s: %s (#%llu; the cumulative counts are sent again)\n", a->client_id,
+                what, detail, n);
+}
+
+static void free_window(struct window *w) {
+    for (int p = 0; p < w->n_partitions; p++)
+        free(w->partitions[p].errors);
+    free(w->partitions);
+    free(w->topic);
+    free(w);
+}
+
+static void remove_window(struct auditor *a, struct window *w) {
+    if (a->by_slot[w->slot] == w)
+        a->by_slot[w->slot] = NULL;
+    if (a->last == w)
+        a->last = NULL;
+    a->open--;
+    free_window(w);
+}
+
+void audit_free_windows(struct auditor *a) {
+    for (int s = 1; s <= a->s.max_windows; s++)
+        if (a->by_slot[s])
+            remove_window(a, a->by_slot[s]);
+}
+
+/* The window (topic, start), created (dropping the oldest at the cap) if needed; under the lock. */
+static struct window *window_for(struct auditor *a, const char *topic, long long start) {
+    int free_slot = 0;
+    struct window *oldest = NULL;
+    for (int s = 1; s <= a->s.max_windows; s++) {
+        struct window *w = a->by_slot[s];
+        if (!w) {
+            if (!free_slot)
+                free_slot = s;
+            continue;
+        }
+        if (w->start == start && !strcmp(w->topic, topic)) {
+            if (w->state == WINDOW_FINAL_PENDING)
+                w->state = WINDOW_OPEN; /* a record with an old timestamp: the window reopens */
+            return w;
+        }
+        if (!oldest || w->start < oldest->start)
+            oldest = w;
+    }
+    if (!free_slot) {
+        free_slot = oldest->slot;
+        remove_window(a, oldest);
+        a->windows_dropped++;
+    }
+    struct window *w = calloc(1, sizeof *w);
+    if (!w || !(w->topic = strdup(topic))) {
+        free(w);
+        return NULL;
+    }
+    w->wid = ++a->next_wid;
+    w->start = start;
+    w->end = start + a->s.window_ms;
+    w->slot = (uint16_t)free_slot;
+    w->first_sequence = w->last_sequence = -1;
+    a->by_slot[free_slot] = w;
+    a->open++;
+    return w;
+}
+
+/* Double the ring, keeping the slots of the sequences before seq; under the lock. */
+static void grow_ring(struct auditor *a, uint64_t seq) {
+    size_t n = a->ring_len * 2;
+    uint16_t *r = calloc(n, sizeof *r);
+    if (!r)
+        return;
+    for (uint64_t s = seq > a->ring_len ? seq - a->ring_len : 1; s < seq; s++)
+        r[s & (n - 1)] = a->ring[s & (a->ring_len - 1)];
+    free(a->ring);
+    a->ring = r;
+    a->ring_len = n;
+}
+
+int audit_on_send(struct auditor *a, const char *topic, long long timestamp_ms, long long value_bytes,
+                  unsigned char *stamp, size_t *stamp_len) {
+    long long wms = a->s.window_ms;
+    long long start = timestamp_ms - ((timestamp_ms % wms) + wms) % wms;
+    uint64_t seq;
+    pthread_mutex_lock(&a->lock);
+    if (a->closed) {
+        pthread_mutex_unlock(&a->lock);
+        return -1;
+    }
+    struct window *w = a->last;
+    if (!w || w->start != start || w->state != WINDOW_OPEN || strcmp(w->topic, topic)) {
+        w = window_for(a, topic, start);
+        if (!w) {
+            a->internal_errors++;
+            pthread_mutex_unlock(&a->lock);
+            return -1;
+        }
+        a->last = w;
+    }
+    seq = ++a->last_sequence;
+    w->sent++;
+    w->bytes += value_bytes;
+    if (w->first_sequence < 0)
+        w->first_sequence = (long long)seq;
+    w->last_sequence = (long long)seq;
+    w->dirty = 1;
+    size_t i = seq & (a->ring_len - 1);
+    uint16_t old = a->ring[i];
+    if (old && a->ring_len < (size_t)a->s.inflight_slots) {
+        struct window *ow = a->by_slot[old];
+        if (ow && ow->acknowledged + ow->failed < ow->sent) {
+            grow_ring(a, seq);
+            i = seq & (a->ring_len - 1);
+        }
+    }
+    a->ring[i] = w->slot;
+    pthread_mutex_unlock(&a->lock);
+    memcpy(stamp, a->id, 8);
+    size_t n = 8;
+    uint64_t v = seq;
+    while (v >= 0x80) {
+        stamp[n++] = (unsigned char)(v & 0x7f) | 0x80;
+        v >>= 7;
+    }
+    stamp[n++] = (unsigned char)v;
+    *stamp_len = n;
+    return 0;
+}
+
+uint64_t audit_sequence_of(const struct auditor *a, const unsigned char *value, size_t len) {
+    if (len <= 8 || len > 17 || memcmp(value, a->id, 8))
+        return 0;
+    uint64_t seq = 0;
+    for (size_t i = 8; i < len; i++) {
+        int more = value[i] & 0x80;
+        if ((more != 0) != (i < len - 1))
+            return 0;
+        seq |= (uint64_t)(value[i] & 0x7f) << (7 * (i - 8));
+    }
+    return seq;
+}
+
+static struct partition_counts *partition_of(struct window *w, int p) {
+    int i = p + 1;
+    if (i < 0 || i > 1 << 20)
+        return NULL;
+    if (i >= w->n_partitions) {
+        int n = w->n_partitions ? w->n_partitions : 8;
+        while (n <= i)
+            n *= 2;
+        struct partition_counts *np = realloc(w->partitions, (size_t)n * sizeof *np);
+        if (!np)
+            return NULL;
+        memset(np + w->n_partitions, 0, (size_t)(n - w->n_partitions) * sizeof *np);
+        w->partitions = np;
+        w->n_partitions = n;
+    }
+    struct partition_counts *c = &w->partitions[i];
+    if (!c->present) {
+        c->present = 1;
+        c->last_offset = -1;
+    }
+    return c;
+}
+
+static int latency_bucket(long long ms) {
+    if (ms <= 0)
+        return 0;
+    int bits = 64 - __builtin_clzll((unsigned long long)ms);
+    return (int)(4LL * bits + (((unsigned long long)ms << 2) >> (bits - 1)) - 4);
+}
+
+void audit_on_ack(struct auditor *a, uint64_t seq, int partition, rd_kafka_resp_err_t err, long long offset,
+                  long long timestamp_ms) {
+    long long now = now_ms();
+    pthread_mutex_lock(&a->lock);
+    struct window *w = NULL;
+    if (!a->closed && seq > 0 && seq <= a->last_sequence && seq + a->ring_len > a->last_sequence)
+        w = a->by_slot[a->ring[seq & (a->ring_len - 1)]];
+    if (!w || w->state == WINDOW_DONE || (long long)seq < w->first_sequence || (long long)seq > w->last_sequence) {
+        a->unattributed++;
+        pthread_mutex_unlock(&a->lock);
+        return;
+    }
+    struct partition_counts *c = partition_of(w, partition);
+    if (!err) {
+        w->acknowledged++;
+        if (c) {
+            c->acknowledged++;
+            if (offset > c->last_offset)
+                c->last_offset = offset;
+        }
+        if (timestamp_ms > 0) {
+            long long lat = now - timestamp_ms;
+            w->latency[latency_bucket(lat)]++;
+            w->latency_total++;
+            if (lat > w->latency_max)
+                w->latency_max = lat;
+        }
+    } else {
+        w->failed++;
+        if (c) {
+            c->failed++;
+            int e = 0;
+            while (e < c->n_errors && c->errors[e].err != (int)err)
+                e++;
+            if (e == c->n_errors) {
+                struct error_count *ne = realloc(c->errors, (size_t)(e + 1) * sizeof *ne);
+                if (ne) {
+                    c->errors = ne;
+                    c->errors[e].err = (int)err;
+                    c->errors[e].n = 0;
+                    c->n_errors++;
+                }
+            }
+            if (e < c->n_errors)
+                c->errors[e].n++;
+        }
+    }
+    w->acks_changed = 1;
+    pthread_mutex_unlock(&a->lock);
+}
+
+/* The audit producer's delivery report: a final acknowledged closes its window; a failure marks it to be
+ * sent again (cumulative snapshots heal). msg_opaque = window id << 1 | final. */
+static void on_snapshot_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
+    (void)rk;
+    struct auditor *a = opaque;
+    uint64_t tag = (uint64_t)(uintptr_t)m->_private;
+    uint64_t wid = tag >> 1;
+    int final = (int)(tag & 1);
+    pthread_mutex_lock(&a->lock);
+    if (m->err) {
+        a->snapshot_failures++;
+        log_failure(a, "snapshot not delivered", a->api->err2str(m->err));
+    } else {
+        a->snapshots_sent++;
+    }
+    for (int s = 1; s <= a->s.max_windows; s++) {
+        struct window *w = a->by_slot[s];
+        if (!w || w->wid != wid)
+            continue;
+        if (m->err) {
+            w->dirty = 1;
+            if (w->state == WINDOW_FINAL_PENDING)
+                w->state = WINDOW_OPEN;
+        } else if (final && w->state == WINDOW_FINAL_PENDING && !w->acks_changed) {
+            remove_window(a, w);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&a->lock);
+}
+
+static rd_kafka_t *audit_producer(struct auditor *a) {
+    if (a->audit_rk || now_ms() < a->next_producer_attempt_ms)
+        return a->audit_rk;
+    const struct rk_api *api = a->api;
+    char errstr[512];
+    char client_id[300];
+    rd_kafka_conf_t *conf = api->conf_new();
+    for (int i = 0; i < a->n_connection; i++)
+        api->conf_set(conf, a->connection_keys[i], a->connection_values[i], errstr, sizeof errstr);
+    snprintf(client_id, sizeof client_id, "%s.kafka-audit", a->client_id);
+    api->conf_set(conf, "client.id", client_id, errstr, sizeof errstr);
+    api->conf_set(conf, "linger.ms", "20", errstr, sizeof errstr);
+    for (int i = 0; i < a->s.n_overrides; i++)
+        api->conf_set(conf, a->s.override_keys[i], a->s.override_values[i], errstr, sizeof errstr);
+    api->conf_set(conf, "acks", "all", errstr, sizeof errstr);
+    api->conf_set(conf, "enable.idempotence", "true", errstr, sizeof errstr);
+    api->conf_set_dr_msg_cb(conf, on_snapshot_delivery);
+    api->conf_set_opaque(conf, a);
+    a->audit_rk = api->kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+    if (!a->audit_rk) {
+        api->conf_destroy(conf);
+        a->snapshot_failures++;
+        log_failure(a, "cannot create the audit producer", errstr);
+        a->next_producer_attempt_ms = now_ms() + 5000;
+    }
+    return a->audit_rk;
+}
+
+struct pending {
+    struct buf value;
+    char *key;
+    uint64_t tag;
+};
+
+/* Encode the snapshots due now (changed windows every snapshot interval; finals of the windows that can
+ * close) and hand them to the audit producer. Returns the number handed over. */
+static int tick(struct auditor *a, int close_all) {
+    long long now = now_ms();
+    int cap = a->s.max_windows, n = 0;
+    struct pending *out = calloc((size_t)cap, sizeof *out);
+    if (!out)
+        return 0;
+    int acks_prove = strcmp(a->report.acks, "0") != 0;
+    pthread_mutex_lock(&a->lock);
+    int periodic = now >= a->next_snapshot_ms;
+    if (periodic)
+        a->next_snapshot_ms = now + a->s.snapshot_interval_ms;
+    for (int s = 1; s <= a->s.max_windows; s++) {
+        struct window *w = a->by_slot[s];
+        if (!w)
+            continue;
+        if (w->acks_changed) {
+            w->acks_changed = 0;
+            w->dirty = 1;
+            if (w->state == WINDOW_FINAL_PENDING)
+                w->state = WINDOW_OPEN; /* its final is outdated: a new one follows */
+        }
+        if (w->state != WINDOW_OPEN)
+            continue;
+        int accounted = w->acknowledged + w->failed >= w->sent;
+        int closing = close_all ||
+                      (now >= w->end + a->s.grace_ms &&
+                       (accounted || now >= w->end + a->report.message_timeout_ms + a->s.delivery_margin_ms));
+        if (!(closing || (periodic && w->dirty)))
+            continue;
+        struct pending *p = &out[n];
+        encode_snapshot(&p->value, a, w, now, closing, accounted && acks_prove);
+        size_t klen = strlen(a->client_id) + strlen(w->topic) + 80;
+        p->key = malloc(klen);
+        if (p->value.failed || !p->key) {
+            a->internal_errors++;
+            free(p->value.p);
+            free(p->key);
+            memset(p, 0, sizeof *p);
+            continue;
+        }
+        snprintf(p->key, klen, "producer|%s|%s|%s|-1|%lld", a->client_id, a->id_text, w->topic, w->start);
+        p->tag = w->wid << 1 | (uint64_t)closing;
+        w->dirty = 0;
+        if (closing)
+            w->state = WINDOW_FINAL_PENDING;
+        n++;
+    }
+    pthread_mutex_unlock(&a->lock);
+    rd_kafka_t *rk = n ? audit_producer(a) : a->audit_rk;
+    for (int i = 0; i < n; i++) {
+        struct pending *p = &out[i];
+        rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR__STATE;
+        if (rk)
+            err = a->api->producev(rk, RD_KAFKA_V_TOPIC(a->s.topic), RD_KAFKA_V_KEY(p->key, strlen(p->key)),
+                                   RD_KAFKA_V_VALUE(p->value.p, p->value.len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                   RD_KAFKA_V_TIMESTAMP(now), RD_KAFKA_V_OPAQUE((void *)(uintptr_t)p->tag),
+                                   RD_KAFKA_V_END);
+        if (err) { /* not even queued: as a failed delivery */
+            rd_kafka_message_t m;
+            memset(&m, 0, sizeof m);
+            m.err = err;
+            m._private = (void *)(uintptr_t)p->tag;
+            on_snapshot_delivery(rk, &m, a);
+        }
+        free(p->value.p);
+        free(p->key);
+    }
+    free(out);
+    if (rk)
+        a->api->poll(rk, 0);
+    return n;
+}
+
+void *audit_thread(void *arg) {
+    struct auditor *a = arg;
+    long long period = a->s.snapshot_interval_ms < 1000 ? a->s.snapshot_interval_ms : 1000;
+    if (period < 10)
+        period = 10;
+    pthread_mutex_lock(&a->lock);
+    while (!a->stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        long long ns = until.tv_nsec + (period % 1000) * 1000000LL;
+        until.tv_sec += period / 1000 + ns / 1000000000LL;
+        until.tv_nsec = ns % 1000000000LL;
+        pthread_cond_timedwait(&a->wake, &a->lock, &until);
+        if (a->stop)
+            break;
+        pthread_mutex_unlock(&a->lock);
+        tick(a, 0);
+        pthread_mutex_lock(&a->lock);
+    }
+    pthread_mutex_unlock(&a->lock);
+    /* closing: finals for every window, then wait for the audit topic at most CLOSE_TIMEOUT_MS */
+    long long deadline = now_ms() + CLOSE_TIMEOUT_MS;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        tick(a, 1);
+        while (a->audit_rk && a->api->outq_len(a->audit_rk) > 0 && now_ms() < deadline)
+            a->api->poll(a->audit_rk, 50);
+        pthread_mutex_lock(&a->lock);
+        int open = a->open;
+        pthread_mutex_unlock(&a->lock);
+        if (!open || now_ms() >= deadline)
+            break;
+    }
+    pthread_mutex_lock(&a->lock);
+    if (a->open)
+        fprintf(stderr, "%%4|kafka-audit|%s: %d window(s) closed without an acknowledged final snapshot\n",
+                a->client_id, a->open);
+    pthread_mutex_unlock(&a->lock);
+    if (a->audit_rk) {
+        a->api->kafka_destroy(a->audit_rk);
+        a->audit_rk = NULL;
+    }
+    return NULL;
+}

@@ -1,0 +1,194 @@
+"""Issue 41: librdkafka clients audited by configuration alone (the plugin, rdkafka_plugin/).
+
+Real KRaft broker (the session fixture). ``kcat`` (Debian's librdkafka 2.0.2) and a plain
+``confluent_kafka.Producer`` (the wheel's bundled librdkafka, loaded RTLD_LOCAL) write N records into a
+3-partition topic with nothing but ``plugin.library.paths`` (and the test's audit topic and window) set. The
+verifier (:func:`audit_consumer.ground_truth.verify_topic`) reads the topic and the audit topic: every
+window's final ``sent`` equals what the topic holds, their sum is N (the test's count), nothing is
+unaudited. The snapshot bytes are Avro single objects of the current schema that fastavro decodes and
+encodes back to the same bytes, and decode to the record a Python producer writes for the same counts. A
+misconfigured or unloadable plugin fails the client's configuration with librdkafka's error, naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import subprocess
+from collections import defaultdict
+
+import confluent_kafka
+import fastavro
+import pytest
+
+from audit_consumer.ground_truth import Verification, verify_topic
+from audit_record import PRODUCER_TIER, codec
+from audit_record.record import AuditRecord, PartitionDelivery, ProducerConfig
+from kafka_plumbing.rdkafka_plugin import rdkafka_plugin
+from kafka_plumbing.topics import ensure_topic, read_to_end
+from tests.conftest import unique_name
+
+pytestmark = pytest.mark.integration
+
+N = 20_000
+WINDOW_MS = 5_000
+
+
+def _audit_settings(audit_topic: str) -> dict[str, str]:
+    return {
+        "kafka.audit.topic": audit_topic,
+        "kafka.audit.window.ms": str(WINDOW_MS),
+        "kafka.audit.grace.ms": "1000",
+    }
+
+
+def _check_exact(truth: Verification, topic: str, n: int, client_id: str) -> list[AuditRecord]:
+    """Every window exact against the verifier; return the producer snapshots of ``topic``."""
+    assert truth.messages == n and truth.malformed_stamps == 0
+    rows = list(truth.rows.values())
+    assert all(r.producer_id is not None for r in rows), "no unaudited messages"
+    assert len({r.producer_id for r in rows}) == 1 and rows[0].producer_id.startswith("~")
+    for r in rows:
+        assert r.final, f"window {r.window_start_ms} has no final producer snapshot"
+        assert (r.sent, r.unique, r.duplicated) == (r.received, r.received, 0), r
+    assert sum(r.sent for r in rows) == n  # the test's count, not the plugin's
+    log = truth.audit_log
+    assert log is not None and not log.malformed
+    producers = [s for s in log.tier(PRODUCER_TIER) if s.topic == topic]
+    finals = [s for s in producers if s.final]
+    assert finals and all(s.accounted and s.failed == 0 for s in finals)
+    assert sum(s.acknowledged for s in finals) == n
+    for s in finals:
+        assert s.producer_identity is not None and s.producer_identity.library == "kafka-audit-librdkafka"
+        assert s.producer_identity.client_id == client_id and s.source == client_id
+        assert s.latency_p50_ms is not None and s.latency_max_ms is not None
+    acked: dict[int, int] = defaultdict(int)
+    for s in finals:
+        for p in s.partitions:
+            acked[p.partition] += p.acknowledged
+            assert p.last_offset is not None and p.last_offset >= 0
+    assert sorted(acked) == [0, 1, 2] and sum(acked.values()) == n
+    return finals
+
+
+def test_kcat_audited_by_the_plugin_alone(
+    request: pytest.FixtureRequest, kconfig: dict[str, str], bootstrap: str, topic: str
+) -> None:
+    audit_topic = unique_name(request, ".audit")
+    ensure_topic(kconfig, audit_topic, 3)
+    plugin = f"plugin.library.paths={rdkafka_plugin()}"
+    args = ["kcat", "-P", "-K:", "-b", bootstrap, "-t", topic, "-X", plugin]
+    for k, v in {**_audit_settings(audit_topic), "client.id": "kcat-audited"}.items():
+        args += ["-X", f"{k}={v}"]
+    lines = "".join(f"k{i}:record-{i:06d}-{'x' * 80}\n" for i in range(N))  # keyed: every partition
+    done = subprocess.run(args, input=lines, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    truth = verify_topic(kconfig, topic, WINDOW_MS, audit_topic=audit_topic, timeout_s=60)
+    finals = _check_exact(truth, topic, N, "kcat-audited")
+    assert all("librdkafka 2.0" in s.producer_identity.library_version for s in finals)  # Debian's, kcat's
+
+
+def test_confluent_kafka_producer_audited_by_the_plugin_alone(
+    request: pytest.FixtureRequest, kconfig: dict[str, str], bootstrap: str, topic: str
+) -> None:
+    audit_topic = unique_name(request, ".audit")
+    ensure_topic(kconfig, audit_topic, 3)
+    producer = confluent_kafka.Producer(
+        {
+            "plugin.library.paths": str(rdkafka_plugin()),
+            "bootstrap.servers": bootstrap,
+            "client.id": "ck-audited",
+            **_audit_settings(audit_topic),
+        }
+    )
+    for i in range(N):
+        # every other record with application headers: the stamp is added to them
+        headers = [("app", b"1")] if i % 2 else None
+        producer.produce(topic, value=b"v" * 100, headers=headers)
+        if i % 1000 == 0:
+            producer.poll(0)
+    assert producer.flush(30) == 0
+    del producer  # rd_kafka_destroy: the plugin's final snapshots
+    truth = verify_topic(kconfig, topic, WINDOW_MS, audit_topic=audit_topic, timeout_s=60)
+    finals = _check_exact(truth, topic, N, "ck-audited")
+    wheel = f"librdkafka {confluent_kafka.libversion()[0]}"  # the wheel's own copy, not Debian's
+    assert all(wheel in s.producer_identity.library_version for s in finals)
+    assert sum(s.bytes for s in finals) == 100 * N
+    apps = [
+        m.headers()
+        for m in read_to_end(kconfig, topic, group_id=unique_name(request, ".headers"), read_committed=False)
+    ]
+    assert sum(1 for h in apps if h and ("app", b"1") in h) == N // 2, "application headers kept"
+
+    reader = unique_name(request, ".raw")
+    raw = [m.value() for m in read_to_end(kconfig, audit_topic, group_id=reader, read_committed=False)]
+    assert raw and all(v[:2] == codec.SINGLE_OBJECT_MAGIC and v[2:10] == codec.fingerprint() for v in raw)
+    for value in raw:  # fastavro decodes the plugin's bytes and encodes them back to the same bytes
+        parsed = codec.reading_schema()
+        data = fastavro.schemaless_reader(io.BytesIO(value[10:]), parsed, parsed)
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, data)
+        assert out.getvalue() == value[10:]
+    # the record a Python producer writes for the same counts (window_counts.window_snapshots' fields)
+    s = finals[0]
+    python = AuditRecord(
+        tier=PRODUCER_TIER,
+        source="ck-audited",
+        producer_id=s.producer_id,
+        topic=topic,
+        window_start_ms=s.window_start_ms,
+        window_end_ms=s.window_start_ms + WINDOW_MS,
+        final=True,
+        sent=s.sent,
+        acknowledged=s.sent,
+        failed=0,
+        bytes=100 * s.sent,
+        first_sequence=s.first_sequence,
+        last_sequence=s.last_sequence,
+        producer_config=ProducerConfig(
+            acks="all",
+            enable_idempotence=False,
+            batch_num_messages=10000,
+            linger_ms=5.0,
+            message_timeout_ms=300000,
+            message_send_max_retries=2147483647,
+            retry_backoff_ms=100,
+        ),
+        partitions=[
+            PartitionDelivery(partition=p.partition, acknowledged=p.acknowledged, last_offset=p.last_offset)
+            for p in s.partitions
+        ],
+        producer_identity=s.producer_identity,
+        accounted=True,
+    )
+    mine = dataclasses.asdict(s)
+    theirs = dataclasses.asdict(python)
+    for field in ("record_id", "emitted_at_ms", "host", "latency_p50_ms", "latency_p99_ms", "latency_max_ms"):
+        mine.pop(field), theirs.pop(field)  # per emission, or the plugin's extra (the JVM's latency)
+    assert mine == theirs
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("kafka.audit.window.ms", "soon", "kafka.audit.window.ms"),
+        ("kafka.audit.enabled", "maybe", "allowed values: true, false"),
+        ("kafka.audit.windw.ms", "1000", "No such configuration property"),
+        ("kafka.audit.producer.acks", "sometimes", "kafka.audit.producer.acks"),
+    ],
+)
+def test_misconfigured_plugin_fails_the_configuration_clearly(key: str, value: str, message: str) -> None:
+    with pytest.raises(confluent_kafka.KafkaException) as err:
+        confluent_kafka.Producer({"plugin.library.paths": str(rdkafka_plugin()), key: value})
+    assert message in str(err.value) and key in str(err.value)
+
+
+def test_unloadable_plugin_and_kcat_misconfiguration_fail_clearly(bootstrap: str, topic: str) -> None:
+    with pytest.raises(confluent_kafka.KafkaException) as err:
+        confluent_kafka.Producer({"plugin.library.paths": "/nonexistent/librdkafka-audit-plugin.so"})
+    assert "/nonexistent/librdkafka-audit-plugin.so" in str(err.value)
+    args = ["kcat", "-P", "-b", bootstrap, "-t", topic, "-X", f"plugin.library.paths={rdkafka_plugin()}"]
+    done = subprocess.run(
+        [*args, "-X", "kafka.audit.max.windows=0"], input="x\n", capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode != 0 and "kafka.audit.max.windows" in done.stderr and "1 to 30000" in done.stderr
