@@ -27,7 +27,9 @@ static int find_by_name(struct dl_phdr_info *info, size_t size, void *data) {
 const struct rk_api *rk_api_resolve(const void *caller, char *errstr, size_t errstr_size) {
     char path[512] = "";
     Dl_info info;
-    if (caller && dladdr(caller, &info) && info.dli_fname && strstr(info.dli_fname, "rdkafka"))
+    /* the object conf_init was called from: librdkafka itself, or a program or module that links it
+     * statically (then its rd_kafka_* symbols must be exported) */
+    if (caller && dladdr(caller, &info) && info.dli_fname && info.dli_fname[0])
         snprintf(path, sizeof path, "%s", info.dli_fname);
     if (!path[0])
         dl_iterate_phdr(find_by_name, path);
@@ -36,6 +38,8 @@ const struct rk_api *rk_api_resolve(const void *caller, char *errstr, size_t err
         return NULL;
     }
     void *handle = dlopen(path, RTLD_NOLOAD | RTLD_NOW);
+    if (!handle) /* the main program (dladdr names it by its path, which dlopen does not match) */
+        handle = dlopen(NULL, RTLD_NOW);
     if (!handle) {
         snprintf(errstr, errstr_size, "kafka-audit plugin: dlopen(%s, RTLD_NOLOAD): %s", path, dlerror());
         return NULL;
@@ -63,8 +67,8 @@ const struct rk_api *rk_api_resolve(const void *caller, char *errstr, size_t err
 #define R(field, symbol)                                                                           \
     *(void **)(&t->field) = dlsym(t->handle, symbol);                                              \
     if (!t->field) {                                                                               \
-        snprintf(errstr, errstr_size, "kafka-audit plugin: %s has no %s (librdkafka >= 1.0 needed)", t->path, \
-                 symbol);                                                                          \
+        snprintf(errstr, errstr_size, "kafka-audit plugin: %s has no %s (librdkafka >= 1.0 needed, linked " \
+                 "dynamically or with its symbols exported)", t->path, symbol);                                                                          \
         break;                                                                                     \
     }
         R(conf_interceptor_add_on_conf_set, "rd_kafka_conf_interceptor_add_on_conf_set")
