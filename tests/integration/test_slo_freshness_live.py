@@ -188,9 +188,16 @@ def test_a_freshness_slo_breached_by_an_injected_30s_delay_fires(
         ),
     )
     stop = threading.Event()
+    errors: list[BaseException] = []
 
     def feed() -> None:
         """One burst per window: ``late`` into a whole window that ended DELAY_MS ago, ``fresh`` now."""
+        try:
+            burst()
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    def burst() -> None:
         used: set[int] = set()
         while not stop.is_set():
             now = int(time.time() * 1000)
@@ -216,6 +223,7 @@ def test_a_freshness_slo_breached_by_an_injected_30s_delay_fires(
             while not fired:
                 assert time.monotonic() < deadline, f"no {FRESHNESS_ALERT_NAME} for {late} within 120 s"
                 assert job.exception() is None, job.exception()
+                assert not errors, errors
                 assert prom.poll() is None, (tmp_path / "prometheus.log").read_text()[-3000:]
                 fired = [a for a in _firing(prom_url) if a["topic"] == late]
                 time.sleep(0.2)
