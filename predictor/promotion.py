@@ -33,12 +33,12 @@ only if all five hold (:func:`decide`):
     trained on, so (a) never measured how it predicts the others (issue 39);
 (e) it has the properties of :mod:`predictor.properties` (P_d 0 for acks 0, intervals containing the
     point, P_l non-increasing in ``message.timeout.ms``) on the seeded grid of
-    :func:`predictor.properties.check_properties`. The shipped model itself rises with the timeout in
-    places and retraining makes the rise larger, so the monotonicity property rejects only a largest
-    rise above the champion's (same inputs) by more than ``timeout_rise_tolerance``: by default 1,
-    reported (``timeout_rise_*`` numbers) but never rejecting until the configuration response is
-    constrained (issue 39 item 2; :func:`predictor.properties.rejecting_violations`). A rejection names
-    the property and a counterexample.
+    :func:`predictor.properties.check_properties`. The monotonicity property rejects a largest rise
+    above the champion's (same inputs) by more than ``timeout_rise_tolerance`` (default 0; the
+    ``timeout_rise_*`` numbers report both); models of the shipped lineage never rise, by construction
+    (issue 39 item 2, ``ModelSpec.timeout_monotone``), so it stops only a lineage from an unconstrained
+    model (:func:`predictor.properties.rejecting_violations`). A rejection names the property and a
+    counterexample.
 
 A promoted challenger is served with its interval recalibrated on the calibration and test windows
 together (:func:`predictor.conformal.recalibrate`); the decision's numbers stay those of the interval it

@@ -59,12 +59,21 @@ def add_inputs(ensemble: Any, features: tuple[str, ...] = FEATURES) -> Any:
                 start = {"x_shift": torch.zeros_like(new), "x_scale": torch.ones_like(new)}
                 new.copy_(start.get(key, default))
                 new[keep] = value
+            elif ".mono." in key:  # the monotone timeout branch's first layer: every input but the timeout
+                new.zero_()
+                new[:, _without_timeout(features, old)] = value
             else:  # a member's first layer: (hidden, inputs)
                 new.zero_()
                 new[:, keep] = value
     wide.load_state_dict(target)
     wide.eval()
     return wide
+
+
+def _without_timeout(features: tuple[str, ...], old: tuple[str, ...]) -> list[int]:
+    """Return where ``old``'s inputs but ``message_timeout_ms`` sit among ``features``' but it."""
+    rest = [f for f in features if f != "message_timeout_ms"]
+    return [rest.index(f) for f in old if f != "message_timeout_ms"]
 
 
 def restandardise(ensemble: Any, xf: np.ndarray) -> None:
@@ -91,6 +100,18 @@ def restandardise(ensemble: Any, xf: np.ndarray) -> None:
             w = first.weight.clone()
             first.bias.add_(w @ ((new_shift - old_shift) / old_scale))
             first.weight.mul_((new_scale / old_scale)[None, :])
+            i = getattr(member, "timeout_index", None)
+            if i is not None:  # the monotone branch: its first layer without the timeout, and its steps
+                rest = [j for j in range(len(new_shift)) if j != i]
+                first = member.mono[0]
+                w = first.weight.clone()
+                first.bias.add_(w @ ((new_shift[rest] - old_shift[rest]) / old_scale[rest]))
+                first.weight.mul_((new_scale[rest] / old_scale[rest])[None, :])
+                # a step at t_j = s + c * centre (pre-scaled units) stays there: centre' = (t_j - s') / c'
+                member.step_centres.copy_(
+                    (old_shift[i] + old_scale[i] * member.step_centres - new_shift[i]) / new_scale[i]
+                )
+                member.step_width.mul_(old_scale[i] / new_scale[i])
         ensemble.x_shift.copy_(new_shift)
         ensemble.x_scale.copy_(new_scale)
         lo = torch.from_numpy(xf.min(0).astype(np.float32))
@@ -156,6 +177,7 @@ def fine_tune(
         sched.step()
     with torch.no_grad():
         for i, member in enumerate(members):
-            member.load_state_dict({name: v[i].detach().clone() for name, v in params.items()})
+            state = {name: v[i].detach().clone() for name, v in (*params.items(), *buffers.items())}
+            member.load_state_dict(state)  # buffers too: the monotone branch's steps
             member.eval()
     ensemble.eval()
