@@ -171,8 +171,8 @@ class ControlLoop:
         self.metrics.kill_switch.set(1 if killed else 0)
         rows = list(rows)
         final = [r for r in rows if r.get("state") == window_result.FINAL]
-        self.metrics.add_groups(self.controller.groups_of(final))
         early = [dict(r) for r in rows if settled(r) and self.controller.is_new(r)]
+        self.metrics.add_groups(self.controller.groups_of([*final, *early]))
         if early and self.predict is not None:
             try:
                 self.predict(early)
