@@ -44,6 +44,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Gauge
 
 from alerts.event import AlertEvent, AlertStatus, rfc3339
@@ -82,6 +83,41 @@ def _histogram_sum(a: list[int], b: list[int]) -> list[int]:
     return [x + y for x, y in zip(a, b, strict=True)]
 
 
+class _PrefixSums:
+    """One (topic, tier)'s windows sorted by end, with running sums (numpy, int64) to add up any run."""
+
+    def __init__(self, windows: list[_Window]) -> None:
+        windows = sorted(windows, key=lambda w: w.end_ms)
+        self.windows = windows
+        self.ends = np.array([w.end_ms for w in windows], dtype=np.int64)
+        self.sent = np.concatenate(([0], np.cumsum([w.sent for w in windows], dtype=np.int64)))
+        self.lost = np.concatenate(([0], np.cumsum([w.lost for w in windows], dtype=np.int64)))
+        width = max((len(w.freshness) for w in windows), default=0)
+        measured = np.array(
+            [w.freshness if len(w.freshness) == width else [0] * width for w in windows], dtype=np.int64
+        ).reshape(len(windows), width)
+        self.fresh = np.vstack((np.zeros((1, width), dtype=np.int64), np.cumsum(measured, axis=0)))
+        self.has_fresh = np.concatenate(([0], np.cumsum([bool(w.freshness) for w in windows])))
+
+    def upto(self, end_ms: int) -> int:
+        """Return how many windows ended at or before ``end_ms``."""
+        return int(np.searchsorted(self.ends, end_ms, side="right"))
+
+    def ring(self, key: Key, lo: int, hi: int) -> dict[str, Any]:
+        """Return windows ``lo..hi-1`` (by end) as one final window result: sums, the newest end."""
+        sent = int(self.sent[hi] - self.sent[lo])
+        measured = self.has_fresh[hi] > self.has_fresh[lo]
+        fresh = (self.fresh[hi] - self.fresh[lo]).tolist() if measured else []
+        where = {"topic": key[0], "tier": key[1], "window_start_ms": self.windows[lo].start_ms}
+        counted = {
+            "sent": sent,
+            "unique": sent - int(self.lost[hi] - self.lost[lo]),
+            "freshness_counts": fresh,
+        }
+        end = self.windows[hi - 1].end_ms
+        return {**where, **counted, "window_end_ms": end, "state": "final", "result_at_ms": 0}
+
+
 class WindowHistory:
     """The final windows' counts per (topic, tier), exact for ``fine_ms``, bucketed up to ``keep_ms``.
 
@@ -95,6 +131,8 @@ class WindowHistory:
         self.fine_ms, self.keep_ms, self.bucket_ms = fine_ms, max(keep_ms, fine_ms), max(1, bucket_ms)
         self._fine: dict[Key, dict[int, _Window]] = {}
         self._buckets: dict[Key, dict[int, _Window]] = {}
+        self._sums: dict[Key, _PrefixSums] = {}
+        """Per (topic, tier), prefix sums of its windows by end; dropped when a window changes."""
 
     def add(self, rows: Iterable[Mapping[str, Any]], now_ms: int) -> int:
         """Add the final results among ``rows`` (a window seen again replaces itself); return how many.
@@ -116,6 +154,7 @@ class WindowHistory:
                 [int(n) for n in row.get("freshness_counts") or ()],
             )
             key = (str(row["topic"]), str(row["tier"]))
+            self._sums.pop(key, None)
             if end <= now_ms - self.fine_ms:
                 if window.start_ms not in self._fine.get(key, {}):
                     self._merge(key, window)
@@ -140,25 +179,37 @@ class WindowHistory:
         for key, windows in list(self._fine.items()):
             for start in [s for s, w in windows.items() if w.end_ms <= now_ms - self.fine_ms]:
                 self._merge(key, windows.pop(start))
+                self._sums.pop(key, None)
             if not windows:
                 del self._fine[key]
         for key, buckets in list(self._buckets.items()):
             for index in [i for i, b in buckets.items() if b.end_ms <= now_ms - self.keep_ms]:
                 del buckets[index]
+                self._sums.pop(key, None)
             if not buckets:
                 del self._buckets[key]
 
-    def rows(self) -> list[dict[str, Any]]:
-        """Return the history as final window results (a bucket as one window) for ``slo_status``."""
+    def rows(self, now_ms: int, lookbacks_ms: Iterable[int]) -> list[dict[str, Any]]:
+        """Return the history as final window results for ``slo_status``, a few per (topic, tier).
+
+        The look-backs ``(now - w, now]`` are nested, so they cut the past into rings; each ring's
+        windows (and buckets) become one result holding their sums, ending at the ring's newest end.
+        ``slo_status`` then counts every look-back exactly as over the windows themselves (a ring lies
+        in a look-back or outside it), but reads at most one row per look-back and (topic, tier).
+        """
+        edges = sorted({int(w) for w in lookbacks_ms if w > 0})
         out: list[dict[str, Any]] = []
-        for part in (self._buckets, self._fine):
-            for (topic, tier), windows in part.items():
-                for w in windows.values():
-                    key = {"topic": topic, "tier": tier, "window_start_ms": w.start_ms}
-                    counted = {"sent": w.sent, "unique": w.sent - w.lost, "freshness_counts": w.freshness}
-                    out.append(
-                        {**key, **counted, "window_end_ms": w.end_ms, "state": "final", "result_at_ms": 0}
-                    )
+        for key in set(self._fine) | set(self._buckets):
+            sums = self._sums.get(key)
+            if sums is None:
+                windows = [*self._buckets.get(key, {}).values(), *self._fine.get(key, {}).values()]
+                sums = self._sums[key] = _PrefixSums(windows)
+            hi = sums.upto(now_ms)
+            for w in edges:
+                lo = sums.upto(now_ms - w)
+                if lo < hi:
+                    out.append(sums.ring(key, lo, hi))
+                hi = lo
         return out
 
     def spending(self, key: Key, since_ms: int, now_ms: int, limit: int = SPENDING_WINDOWS) -> list[_Window]:
@@ -273,8 +324,13 @@ class SloEvaluator:
     ) -> None:
         self.settings = settings
         longest = max(duration_seconds(a.long_window) for a in settings.burn_rate_alerts) * 1000
-        period = max(duration_seconds(s.period) for s in settings.slos()) * 1000
+        period = max((duration_seconds(s.period) * 1000 for s in settings.slos()), default=longest)
         self.history = WindowHistory(longest, period, period // PERIOD_BUCKETS)
+        self.lookbacks_ms = sorted(
+            {duration_seconds(w) * 1000 for w in _alert_windows(settings)}
+            | {duration_seconds(s.period) * 1000 for s in settings.slos()}
+        )
+        """Every look-back the SLOs are judged over (alert windows, periods), ms."""
         self.metrics = SloMetrics(registry) if registry is not None else None
         self.generator_url = generator_url
         self.statuses: list[SloStatus] = []
@@ -303,7 +359,7 @@ class SloEvaluator:
         """
         self.history.add(rows, now_ms)
         self.history.prune(now_ms)
-        self.statuses = slo_status(self.history.rows(), self.settings, now_ms)
+        self.statuses = slo_status(self.history.rows(now_ms, self.lookbacks_ms), self.settings, now_ms)
         self.evaluated_at_ms = now_ms
         if self.metrics is not None:
             self.metrics.update(self.statuses, self.settings, now_ms)

@@ -2,13 +2,14 @@
 
 A real broker (testbed lab), the audit consumer, the Spark job with its alert pipeline evaluating one SLO
 (99% complete over 1 h, one page pair scaled down from the Workbook's 14.4x over 1h/5m to 14.4x over
-80s/20s: a window is final 5-10 s after its end here, so the short window must be longer than that) and a
+80s/30s: a window counts in a look-back when it *ended* in it, and here it is final 5-20 s after its end,
+so the short window must be longer than that) and a
 real Alertmanager; an audited producer (500 msg/s, acks=1, message.timeout.ms=1 s) runs
 inside the testbed's network namespace, whose link drops packets (iptables statistic) when told:
 
-1. a one-window blip (4 s of 100% drop): its window loses far more than 14.4% (the 20 s window burns)
+1. a one-window blip (4 s of 100% drop): its window loses far more than 14.4% (a per-window rule fires)
    but the 80 s window stays under the factor, so nobody is paged;
-2. an outage, 12 s of 100% drop (the messages time out after 1 s: lost): once its windows are final
+2. an outage, 15 s of 100% drop (the messages time out after 1 s: lost): once its windows are final
    (the producer's snapshots get through after it), Alertmanager receives
    ``KafkaAuditCompletenessBudgetBurn`` from the job, with the SLO, the budget left and the windows that
    spent it; Prometheus (scraping the job, with ``kafka-audit slo rules``' output for the same SLO) pages
@@ -71,10 +72,10 @@ OBJECTIVE = 0.99
 FACTOR = 14.4
 SLO = SloSettings(
     completeness=[CompletenessSlo(name="live", tier_pattern=TIER, objective=OBJECTIVE, period="1h")],
-    burn_rate_alerts=[BurnRateAlert(long_window="80s", short_window="20s", factor=FACTOR)],
+    burn_rate_alerts=[BurnRateAlert(long_window="80s", short_window="30s", factor=FACTOR)],
 )
 PRODUCER = {"acks": "1", "message.timeout.ms": 1_000, "linger.ms": 5}
-OUTAGE_S = 12.0
+OUTAGE_S = 15.0
 
 
 def _prometheus(tmp_path, metrics_port: int, am_url: str) -> tuple[subprocess.Popen, str]:
@@ -168,7 +169,7 @@ def _dashboard_numbers(prom_url: str, topic: str) -> dict[str, float]:
 def test_the_jobs_slo_evaluation_pages_on_a_burn_not_on_a_blip_and_matches_slo_status(tmp_path):
     finals: dict[int, dict[str, Any]] = {}
     burns: list[tuple[float | None, float | None]] = []
-    """(20 s burn, 80 s burn) of the topic at each of the job's evaluations."""
+    """(30 s burn, 80 s burn) of the topic at each of the job's evaluations."""
 
     def on_results(_batch: int, rows: list[dict[str, Any]]) -> None:
         for r in rows:
@@ -234,7 +235,7 @@ def test_the_jobs_slo_evaluation_pages_on_a_burn_not_on_a_blip_and_matches_slo_s
         def record_burns(_batch: int, _rows: list[dict[str, Any]]) -> None:
             for s in evaluator.statuses:
                 if s.topic == topic:
-                    burns.append((s.burn_rates.get("20s"), s.burn_rates.get("80s")))
+                    burns.append((s.burn_rates.get("30s"), s.burn_rates.get("80s")))
 
         job.listeners.append(record_burns)  # after the alert pipeline: its evaluation of this batch
         prom, prom_url = _prometheus(tmp_path, metrics_port, am.url)
@@ -287,14 +288,11 @@ def test_the_jobs_slo_evaluation_pages_on_a_burn_not_on_a_blip_and_matches_slo_s
                 blip_lost.values()
             ), blip_lost
             assert (worst["sent"] - worst["unique"]) / worst["sent"] > FACTOR * (1 - OBJECTIVE), worst
-            lag = [(r["result_at_ms"] or 0) - r["window_end_ms"] for r in lossy]
-            assert any(short is not None and short > FACTOR for short, _ in burns), (
-                f"{burns} lag {lag}"
-            )  # 20 s burns
-            assert max(long for _, long in burns if long is not None) < FACTOR, burns  # 80 s window does not
+            judged = [long for _, long in burns if long is not None]
+            assert judged and 0 < max(judged) < FACTOR, burns  # the 80 s window saw the blip, under 14.4x
             assert pages("job") == [] and pages("prometheus") == []
             blip_s = time.monotonic() - t_load
-            # 2. An outage: 12 s of 100% drop. Its windows are final once the producer's snapshots get
+            # 2. An outage: 15 s of 100% drop. Its windows are final once the producer's snapshots get
             # through again; the job pages then (both windows burn), and Prometheus too.
             t_loss = time.monotonic()
             lab.apply(Impairment(loss=BernoulliLoss(percent=100)))
@@ -311,14 +309,14 @@ def test_the_jobs_slo_evaluation_pages_on_a_burn_not_on_a_blip_and_matches_slo_s
                 "severity": "critical",
             }
             summary, description = page["annotations"]["summary"], page["annotations"]["description"]
-            assert "SLO live (99% over 1h) burning its error budget 14.4x over 80s and 20s" in summary
+            assert "SLO live (99% over 1h) burning its error budget 14.4x over 80s and 30s" in summary
             assert "of the budget left" in summary
             assert (
-                "live (80s/20s 14.4x)" in description
+                "live (80s/30s 14.4x)" in description
                 and "Windows that spent it in the last 80s" in description
             )
             assert float(page["annotations"]["value"]) > FACTOR and page["annotations"]["threshold"] == "14.4"
-            # 3. The loss stopped: the job's page resolves once the 20 s window is clean.
+            # 3. The loss stopped: the job's page resolves once the 30 s window is clean.
             wait_for(lambda: not pages("job"), 60, "the job's page to resolve")
             resolved_s = time.monotonic() - t_loss - OUTAGE_S
             # 4. The dashboard's numbers (Prometheus on the job's exporter) = slo status at that instant.
@@ -365,11 +363,11 @@ def test_the_jobs_slo_evaluation_pages_on_a_burn_not_on_a_blip_and_matches_slo_s
                 job.spark.stop()
             consumer_thread.join(60)
             _stop_process(prom)
-    peak_short = max(b for b, _ in burns if b is not None)
-    peak_long = max(b for _, b in burns if b is not None)
+    peak_short = max((b for b, _ in burns if b is not None), default=0.0)
+    peak_long = max((b for _, b in burns if b is not None), default=0.0)
     took = time.monotonic() - t_start
     print(
-        f"\nblip judged {blip_s:.0f} s after it began (20s / 80s burn peaks {peak_short:.1f}x / "
+        f"\nblip judged {blip_s:.0f} s after it began (30s / 80s burn peaks {peak_short:.1f}x / "
         f"{peak_long:.1f}x); paged by the job {paged_s:.1f} s and by Prometheus {prometheus_s:.1f} s after "
         f"the outage began, resolved {resolved_s:.1f} s after it ended; dashboard = slo status: {shown}; "
         f"test {took:.0f} s"

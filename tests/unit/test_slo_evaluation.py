@@ -156,7 +156,12 @@ def test_windows_older_than_the_alert_windows_are_merged_without_changing_the_nu
     now = T0 + 200 * WINDOW_MS
     history.add(rows, now)
     history.prune(now)
-    assert len(history.rows()) < 20  # 10 windows one by one, older ones in 5 or 6 buckets
-    kept = [r for r in rows if r["window_end_ms"] > now - 100 * WINDOW_MS]
-    assert sum(r["sent"] for r in history.rows()) == sum(r["sent"] for r in kept)
-    assert sum(r["sent"] - r["unique"] for r in history.rows()) == sum(r["sent"] - r["unique"] for r in kept)
+    assert len(history._fine[("t", "cluster:eu")]) == 10 and len(history._buckets[("t", "cluster:eu")]) <= 6
+    lookbacks = [5 * WINDOW_MS, 10 * WINDOW_MS, 100 * WINDOW_MS]
+    rings = history.rows(now, lookbacks)
+    assert len(rings) == 3  # one result per ring between the look-backs
+    for w in lookbacks:  # each look-back adds up to what its windows hold
+        inside = [r for r in rows if now - w < r["window_end_ms"] <= now]
+        counted = [r for r in rings if now - w < r["window_end_ms"] <= now]
+        assert sum(r["sent"] for r in counted) == sum(r["sent"] for r in inside), w
+        assert sum(r["sent"] - r["unique"] for r in counted) == sum(r["sent"] - r["unique"] for r in inside), w
