@@ -164,4 +164,6 @@ def test_windows_older_than_the_alert_windows_are_merged_without_changing_the_nu
         inside = [r for r in rows if now - w < r["window_end_ms"] <= now]
         counted = [r for r in rings if now - w < r["window_end_ms"] <= now]
         assert sum(r["sent"] for r in counted) == sum(r["sent"] for r in inside), w
-        assert sum(r["sent"] - r["unique"] for r in counted) == sum(r["sent"] - r["unique"] for r in inside), w
+        assert sum(r["sent"] - r["unique"] for r in counted) == sum(
+            r["sent"] - r["unique"] for r in inside
+        ), w
