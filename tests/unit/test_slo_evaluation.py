@@ -167,3 +167,33 @@ def test_windows_older_than_the_alert_windows_are_merged_without_changing_the_nu
         assert sum(r["sent"] - r["unique"] for r in counted) == sum(
             r["sent"] - r["unique"] for r in inside
         ), w
+
+
+def test_a_freshness_slo_is_judged_in_the_job_from_the_windows_histograms():
+    from audit_record.freshness import BOUNDS_MS, N_COUNTS
+
+    settings = SloSettings(
+        completeness=[], freshness=[{"name": "fresh", "threshold_s": 30, "objective": 0.99}]
+    )
+    p, sink, registry = pipeline(settings)
+    within, late = BOUNDS_MS.index(10_000), BOUNDS_MS.index(60_000)  # held within 10 s; 30-60 s late
+
+    def histogram(on_time: int, behind: int) -> list[int]:
+        counts = [0] * N_COUNTS
+        counts[within], counts[late] = on_time, behind
+        return counts
+
+    for i in range(90):  # 1 h 30 min of windows; the last 30 have 40% of their messages 30-60 s late
+        row = result("orders", T0 + i * WINDOW_MS, PER_WINDOW, PER_WINDOW)
+        row["freshness_counts"] = histogram(6_000, 4_000) if i >= 60 else histogram(PER_WINDOW, 0)
+        p.process([row], now_ms=T0 + i * WINDOW_MS + 20_000)
+    [page] = [e for e in sink.events if e.firing and e.severity == "critical"]
+    assert (page.alertname, page.topic) == ("KafkaAuditFreshnessBudgetBurn", "orders")
+    assert "held later than the SLO's threshold" in page.description
+    labels = {"slo": "fresh", "topic": "orders", "tier": "cluster:eu"}
+    assert (
+        registry.get_sample_value("kafka_audit_slo_period_messages", {**labels, "kind": "lost"}) == 30 * 4_000
+    )
+    assert registry.get_sample_value(
+        "kafka_audit_slo_burn_rate", {**labels, "window": "5m"}
+    ) == pytest.approx(40.0)
