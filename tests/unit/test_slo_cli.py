@@ -55,3 +55,21 @@ def test_rules_name_freshness_slos_with_their_threshold(tmp_path):
     assert out.exit_code == 0, out.output
     assert "fresh: freshness 0.99 within 30 s over 30d" in out.output
     assert "not yet measured" not in out.output
+
+
+def test_report_freshness_percentiles_are_the_bucket_bounds_they_fall_in():
+    from audit_record.freshness import BOUNDS_MS, N_COUNTS
+    from dashboards.report_slos import freshness_bound_s, freshness_table
+
+    counts = [0] * N_COUNTS
+    counts[BOUNDS_MS.index(1_000)] = 50  # half within 1 s
+    counts[BOUNDS_MS.index(30_000)] = 49  # 99% within 30 s
+    counts[-1] = 1  # one message more than an hour late
+    assert [freshness_bound_s(counts, q) for q in (0.5, 0.9, 0.99, 1.0)] == [
+        "<= 1 s",
+        "<= 30 s",
+        "<= 30 s",
+        "> 3600 s",
+    ]
+    table = freshness_table([{"topic": "t", "tier": "cluster:eu", "counts": counts}])
+    assert "<td>100</td><td>&lt;= 1 s</td><td>&lt;= 30 s</td><td>&lt;= 30 s</td>" in table
