@@ -11,6 +11,8 @@ Producers, each ``produce(topic, value)`` in a loop with ``poll(0)`` every 1,000
     list, timestamp and headers passed positionally); no wrapper, no counting
   * ``AuditedProducer``, ``delivery_reports="errors"`` (librdkafka reports failures only)
   * ``AuditedProducer``, ``delivery_reports="all"`` (a Python delivery callback per message)
+  * plugin-audited: a bare ``confluent_kafka.Producer`` with only ``plugin.library.paths`` (and the audit
+    topic) set: the librdkafka plugin (``rdkafka_plugin/``, issue 41) stamps and counts in C
 each but the bare one with the stamp format v1 and v2 side by side (``audit_record.stamp``; the floor's
 v1 stamp is a ``struct`` pack, its v2 stamp the producer's packer). "stamp B/msg" is the stamp header's
 key + value, bytes per message, mean over the run's sequence numbers (Kafka's record framing adds 2
@@ -32,6 +34,7 @@ hot path. The CPU ratio is a throughput proxy; end-to-end ratios run higher (lib
 the broker take their share of the bare run's time).
 
 Usage: python bench/producer.py [--messages N] [--json-messages N] [--repeats R] [--no-broker]
+       [--producers "SUBSTRING|..."]  (only the producers whose name contains one of them, and the bare one)
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from audit_producer.stamp_packer import stamp_packer
 from audit_producer.workloads import message_pool
 from audit_record.stamp import encode_prefix, header_key, new_producer_id
 from kafka_plumbing.local_cluster import KafkaCluster
+from kafka_plumbing.rdkafka_plugin import rdkafka_plugin
 from kafka_plumbing.topics import ensure_topic
 
 VALUE = b"x" * 100
@@ -78,11 +82,19 @@ PRODUCERS = (
     "AuditedProducer, errors, stamp v2",
     "AuditedProducer, all, stamp v1",
     "AuditedProducer, all, stamp v2",
+    "plugin-audited confluent_kafka.Producer",
 )
-BARE, FLOOR_V1, FLOOR, ERRORS_V1, ERRORS, ALL_V1, ALL = PRODUCERS
-VERSION = {FLOOR_V1: 1, FLOOR: 2, ERRORS_V1: 1, ERRORS: 2, ALL_V1: 1, ALL: 2}
+BARE, FLOOR_V1, FLOOR, ERRORS_V1, ERRORS, ALL_V1, ALL, PLUGIN = PRODUCERS
+VERSION = {FLOOR_V1: 1, FLOOR: 2, ERRORS_V1: 1, ERRORS: 2, ALL_V1: 1, ALL: 2, PLUGIN: 2}
 """The stamp format each producer but the bare one writes."""
-TARGETS = {("100-byte", ERRORS): 0.55, ("JSON web-log", ERRORS): 0.80}  # issue 17's acceptance
+TARGETS = {
+    ("100-byte", ERRORS): 0.55,  # issue 17's acceptance
+    ("JSON web-log", ERRORS): 0.80,
+    ("100-byte", PLUGIN): 0.75,  # issue 41's
+    ("JSON web-log", PLUGIN): 0.90,
+}
+selected: tuple[str, ...] = PRODUCERS
+"""The producers measured (``--producers``), the bare one first."""
 UNREACHABLE = "127.0.0.1:9"
 OFFLINE = {
     "bootstrap.servers": UNREACHABLE,
@@ -228,6 +240,10 @@ WORKLOADS: dict[str, tuple[Callable[[Any, str, int], None], Callable[..., None]]
 def make_producer(name: str, config: dict[str, Any], audit_topic: str) -> Any:
     if name in (BARE, FLOOR, FLOOR_V1):
         return Producer(config)
+    if name == PLUGIN:  # plugin.library.paths before the plugin's own kafka.audit.* settings
+        return Producer(
+            {"plugin.library.paths": str(rdkafka_plugin()), **config, "kafka.audit.topic": audit_topic}
+        )
     mode = "errors" if name in (ERRORS, ERRORS_V1) else "all"
     audit = ProducerAuditSettings(delivery_reports=mode, audit_topic=audit_topic, stamp_version=VERSION[name])
     p = AuditedProducer(config, audit)
@@ -317,7 +333,7 @@ def rounds(
     producer: every bare run, with itself as both neighbours).
     """
     results: dict[tuple[str, str], list[Run]] = {}
-    others = PRODUCERS[1:]
+    others = selected[1:]
     for r in range(repeats):
         console.print(f"round {r + 1}/{repeats}")
         order = others[r % len(others) :] + others[: r % len(others)]
@@ -343,7 +359,7 @@ def producer_stamp_bytes(name: str, n: int) -> float:
 
 
 def table(results: dict[tuple[str, str], list[Run]], counts: dict[str, int], offline: bool) -> Table:
-    repeats = len(results[(next(iter(counts)), ERRORS)])
+    repeats = len(results[(next(iter(counts)), selected[-1])])
     where = "per-call CPU time of the calling thread, no broker" if offline else "local broker, end to end"
     sizes = ", ".join(f"{n:,} x {w}" for w, n in counts.items())
     t = Table(
@@ -357,7 +373,7 @@ def table(results: dict[tuple[str, str], list[Run]], counts: dict[str, int], off
     for col in cols:
         t.add_column(col, justify="left" if col in ("workload", "producer") else "right")
     for workload in counts:
-        for name in PRODUCERS:
+        for name in selected:
             runs = results[(workload, name)]
             values = [v for v, _, _, _ in runs]
             # The bare reference of a run: the mean cost per message of the bare runs around it.
@@ -406,7 +422,16 @@ def main() -> None:
     ap.add_argument("--json-messages", type=int, default=200_000, help="messages per run, JSON workload")
     ap.add_argument("--repeats", type=int, default=5, help="rounds (median over them); at least 3")
     ap.add_argument("--no-broker", action="store_true", help="per-call CPU time, no broker (quick)")
+    ap.add_argument(
+        "--producers", default="", help="name substrings separated by |: only those producers (and bare)"
+    )
     args = ap.parse_args()
+    global selected
+    if args.producers:
+        wanted = [w.strip() for w in args.producers.split("|") if w.strip()]
+        selected = (BARE, *(p for p in PRODUCERS[1:] if any(w in p for w in wanted)))
+        if len(selected) == 1:
+            ap.error(f"--producers {args.producers!r} names none of: {', '.join(PRODUCERS[1:])}")
     if args.repeats < 3:
         ap.error("--repeats must be at least 3 (the median of fewer runs is too noisy to compare)")
     counts = {"100-byte": args.messages, "JSON web-log": args.json_messages}

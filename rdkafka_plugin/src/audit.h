@@ -58,7 +58,8 @@ struct producer_report { /* ProducerConfig of the snapshots: the host client's s
 struct auditor {
     const struct rk_api *api;
     struct audit_settings s;
-    pthread_mutex_t lock;
+    pthread_mutex_t lock;     /* the send lock: on_send, the window table's additions, the thread's wait */
+    pthread_mutex_t ack_lock; /* on_acknowledgement; taken after `lock` when both are needed */
     pthread_cond_t wake;
     pthread_t thread;
     int thread_started, stop, closed;

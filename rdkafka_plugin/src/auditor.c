@@ -5,10 +5,14 @@
  * on_acknowledgement, per partition, with error names and the highest acknowledged offset), value bytes and
  * the acknowledgement latency. An acknowledgement finds its window through its stamp: the sequence indexes a
  * ring of window slots (2 bytes per message in flight; starts at 65536 and doubles up to
- * kafka.audit.inflight.slots while a send would overwrite a window not yet accounted for). One mutex guards
- * everything, held for a few field updates in on_send / on_acknowledgement; the plugin's thread takes it to
- * encode the due snapshots, then sends them through its own producer without it. Windows are capped
- * (kafka.audit.max.windows; beyond, the oldest is dropped and counted). */
+ * kafka.audit.inflight.slots while a send would overwrite a window not yet accounted for). As in the JVM's
+ * ProducerAuditor, on_send (application threads) holds the send lock and on_acknowledgement (librdkafka's
+ * broker threads) the acknowledgement lock, each for a few field updates, so they never wait for each other;
+ * what both read (the window table, the ring) changes under both locks (a new or dropped window, a ring
+ * growth: rare). librdkafka hands a message from produce() to its broker thread through its queues' mutexes,
+ * so the ring slot and the sequence on_send wrote are visible to that message's acknowledgement. The
+ * plugin's thread takes both to encode the due snapshots, then sends them through its own producer without
+ * them. Windows are capped (kafka.audit.max.windows; beyond, the oldest is dropped and counted). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,7 +123,9 @@ int audit_on_send(struct auditor *a, const char *topic, long long timestamp_ms, 
     }
     struct window *w = a->last;
     if (!w || w->start != start || w->state != WINDOW_OPEN || strcmp(w->topic, topic)) {
+        pthread_mutex_lock(&a->ack_lock); /* the table may change */
         w = window_for(a, topic, start);
+        pthread_mutex_unlock(&a->ack_lock);
         if (!w) {
             a->internal_errors++;
             pthread_mutex_unlock(&a->lock);
@@ -127,23 +133,26 @@ int audit_on_send(struct auditor *a, const char *topic, long long timestamp_ms, 
         }
         a->last = w;
     }
-    seq = ++a->last_sequence;
+    seq = a->last_sequence + 1;
+    __atomic_store_n(&a->last_sequence, seq, __ATOMIC_RELEASE);
     w->sent++;
     w->bytes += value_bytes;
     if (w->first_sequence < 0)
-        w->first_sequence = (long long)seq;
-    w->last_sequence = (long long)seq;
+        __atomic_store_n(&w->first_sequence, (long long)seq, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->last_sequence, (long long)seq, __ATOMIC_RELAXED);
     w->dirty = 1;
     size_t i = seq & (a->ring_len - 1);
     uint16_t old = a->ring[i];
     if (old && a->ring_len < (size_t)a->s.inflight_slots) {
         struct window *ow = a->by_slot[old];
-        if (ow && ow->acknowledged + ow->failed < ow->sent) {
+        if (ow && ow->acknowledged + ow->failed < ow->sent) { /* racy read: a hint to grow */
+            pthread_mutex_lock(&a->ack_lock);
             grow_ring(a, seq);
+            pthread_mutex_unlock(&a->ack_lock);
             i = seq & (a->ring_len - 1);
         }
     }
-    a->ring[i] = w->slot;
+    __atomic_store_n(&a->ring[i], w->slot, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&a->lock);
     memcpy(stamp, a->id, 8);
     size_t n = 8;
@@ -203,13 +212,15 @@ static int latency_bucket(long long ms) {
 void audit_on_ack(struct auditor *a, uint64_t seq, int partition, rd_kafka_resp_err_t err, long long offset,
                   long long timestamp_ms) {
     long long now = now_ms();
-    pthread_mutex_lock(&a->lock);
+    pthread_mutex_lock(&a->ack_lock);
     struct window *w = NULL;
-    if (!a->closed && seq > 0 && seq <= a->last_sequence && seq + a->ring_len > a->last_sequence)
-        w = a->by_slot[a->ring[seq & (a->ring_len - 1)]];
-    if (!w || w->state == WINDOW_DONE || (long long)seq < w->first_sequence || (long long)seq > w->last_sequence) {
+    uint64_t last = __atomic_load_n(&a->last_sequence, __ATOMIC_ACQUIRE);
+    if (!a->closed && seq > 0 && seq <= last && seq + a->ring_len > last)
+        w = a->by_slot[__atomic_load_n(&a->ring[seq & (a->ring_len - 1)], __ATOMIC_RELAXED)];
+    if (!w || w->state == WINDOW_DONE || (long long)seq < __atomic_load_n(&w->first_sequence, __ATOMIC_RELAXED) ||
+        (long long)seq > __atomic_load_n(&w->last_sequence, __ATOMIC_RELAXED)) {
         a->unattributed++;
-        pthread_mutex_unlock(&a->lock);
+        pthread_mutex_unlock(&a->ack_lock);
         return;
     }
     struct partition_counts *c = partition_of(w, partition);
@@ -248,7 +259,7 @@ void audit_on_ack(struct auditor *a, uint64_t seq, int partition, rd_kafka_resp_
         }
     }
     w->acks_changed = 1;
-    pthread_mutex_unlock(&a->lock);
+    pthread_mutex_unlock(&a->ack_lock);
 }
 
 /* The audit producer's delivery report: a final acknowledged closes its window; a failure marks it to be
@@ -260,6 +271,7 @@ static void on_snapshot_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, vo
     uint64_t wid = tag >> 1;
     int final = (int)(tag & 1);
     pthread_mutex_lock(&a->lock);
+    pthread_mutex_lock(&a->ack_lock);
     if (m->err) {
         a->snapshot_failures++;
         log_failure(a, "snapshot not delivered", a->api->err2str(m->err));
@@ -279,6 +291,7 @@ static void on_snapshot_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, vo
         }
         break;
     }
+    pthread_mutex_unlock(&a->ack_lock);
     pthread_mutex_unlock(&a->lock);
 }
 
@@ -326,6 +339,7 @@ static int tick(struct auditor *a, int close_all) {
         return 0;
     int acks_prove = strcmp(a->report.acks, "0") != 0;
     pthread_mutex_lock(&a->lock);
+    pthread_mutex_lock(&a->ack_lock);
     int periodic = now >= a->next_snapshot_ms;
     if (periodic)
         a->next_snapshot_ms = now + a->s.snapshot_interval_ms;
@@ -365,6 +379,7 @@ static int tick(struct auditor *a, int close_all) {
             w->state = WINDOW_FINAL_PENDING;
         n++;
     }
+    pthread_mutex_unlock(&a->ack_lock);
     pthread_mutex_unlock(&a->lock);
     rd_kafka_t *rk = n ? audit_producer(a) : a->audit_rk;
     for (int i = 0; i < n; i++) {

@@ -10,7 +10,7 @@
  * on_send adds a header to the message although rdkafka.h calls it immutable there: rd_kafka_producev()
  * attaches the headers and the CreateTime before it calls on_send and enqueues the message only after the
  * partitioner, on the calling thread, so the header list is still the caller's own (tests check the stamp
- * arrives). Nothing here throws or blocks beyond the auditor's mutex: any failure leaves the message as it
+ * arrives). Nothing here throws or blocks beyond the auditor's short locks: any failure leaves the message as it
  * was and is counted. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -324,6 +324,7 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, v
     }
     a->api = api;
     pthread_mutex_init(&a->lock, NULL);
+    pthread_mutex_init(&a->ack_lock, NULL);
     pthread_cond_init(&a->wake, NULL);
     if (getrandom(a->id, sizeof a->id, 0) != (ssize_t)sizeof a->id) {
         snprintf(errstr, errstr_size, "kafka-audit plugin: getrandom failed");
@@ -419,11 +420,13 @@ static rd_kafka_resp_err_t on_destroy(rd_kafka_t *rk, void *ic_opaque) {
     if (started)
         pthread_join(a->thread, NULL);
     pthread_mutex_lock(&a->lock);
+    pthread_mutex_lock(&a->ack_lock);
     a->closed = 1;
     audit_free_windows(a);
     free(a->ring);
     a->ring = NULL;
     a->ring_len = 0;
+    pthread_mutex_unlock(&a->ack_lock);
     pthread_mutex_unlock(&a->lock);
     return RD_KAFKA_RESP_ERR_NO_ERROR;
 }

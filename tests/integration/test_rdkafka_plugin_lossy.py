@@ -68,19 +68,23 @@ def test_kcat_through_loss_every_final_window_equals_the_verifier(tmp_path, audi
         settings = consumer_settings(lab.bootstrap_servers, [topic], audit_topics, grace_ms=12_000)
         with running_consumer(settings):
             lab.apply(Impairment(loss=BernoulliLoss(percent=LOSS_PCT)))
-            kcat = lab.ns.popen(args, stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            log = tmp_path / "kcat.log"  # a file, not a pipe: kcat logs every failed delivery, and a full
+            # stderr pipe would stop it reading stdin while the test writes to it
+            with log.open("w") as err:
+                kcat = lab.ns.popen(args, stdin=subprocess.PIPE, stderr=err, text=True)
             try:
                 per = RECORDS // CHUNKS
                 for c in range(CHUNKS):  # paced load (not a wait for a result)
                     kcat.stdin.write("".join(f"k{i}:{'x' * 100}\n" for i in range(c * per, (c + 1) * per)))
                     kcat.stdin.flush()
                     time.sleep(0.5)
-                _, stderr = kcat.communicate(timeout=60)
+                kcat.communicate(timeout=60)
             finally:
                 if kcat.poll() is None:
                     kcat.kill()
                     kcat.wait(10)
             lab.apply(Impairment())
+            stderr = log.read_text()
             # kcat exits 1 when a delivery failed (expected here), never on a fatal error
             assert kcat.returncode in (0, 1) and "FATAL" not in stderr, stderr[-3000:]
             wait_for(lambda: all_windows_final(kconfig, topic, audit), 90, "final windows")
