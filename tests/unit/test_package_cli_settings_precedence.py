@@ -249,7 +249,7 @@ def test_dashboards_push_reads_the_environment_and_options_beat_it(monkeypatch):
 def test_report_reads_the_results_directory_from_the_environment(tmp_path, monkeypatch):
     got = []
 
-    def write_report(results_dir, out, window, alerts_path):
+    def write_report(results_dir, out, window, alerts_path, slo=None):
         got.append((results_dir, alerts_path))
         return 0, 0
 
