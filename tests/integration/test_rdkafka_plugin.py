@@ -5,9 +5,11 @@ Real KRaft broker (the session fixture). ``kcat`` (Debian's librdkafka 2.0.2) an
 3-partition topic with nothing but ``plugin.library.paths`` (and the test's audit topic and window) set. The
 verifier (:func:`audit_consumer.ground_truth.verify_topic`) reads the topic and the audit topic: every
 window's final ``sent`` equals what the topic holds, their sum is N (the test's count), nothing is
-unaudited. The snapshot bytes are Avro single objects of the current schema that fastavro decodes and
-encodes back to the same bytes, and decode to the record a Python producer writes for the same counts. A
-misconfigured or unloadable plugin fails the client's configuration with librdkafka's error, naming the key.
+unaudited. Beside a Java producer with the JVM interceptor on one topic and the audit consumer, every
+window's cluster-tier count equals the verifier's. The snapshot bytes are Avro single objects of the
+current schema that fastavro decodes and encodes back to the same bytes, and decode to the record a Python
+producer writes for the same counts. A misconfigured or unloadable plugin fails the client's configuration
+with librdkafka's error, naming the key.
 """
 
 from __future__ import annotations
@@ -24,9 +26,14 @@ import pytest
 from audit_consumer.ground_truth import Verification, verify_topic
 from audit_record import PRODUCER_TIER, codec
 from audit_record.record import AuditRecord, PartitionDelivery, ProducerConfig
+from kafka_audit.verification_report import compare_with_cluster
+from kafka_plumbing.interceptor_jar import PRODUCER_INTERCEPTOR
 from kafka_plumbing.rdkafka_plugin import rdkafka_plugin
 from kafka_plumbing.topics import ensure_topic, read_to_end
 from tests.conftest import unique_name
+
+from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
+from .jvm_clients import perf_producer
 
 pytestmark = pytest.mark.integration
 
@@ -192,3 +199,68 @@ def test_unloadable_plugin_and_kcat_misconfiguration_fail_clearly(bootstrap: str
         [*args, "-X", "kafka.audit.max.windows=0"], input="x\n", capture_output=True, text=True, timeout=30
     )
     assert done.returncode != 0 and "kafka.audit.max.windows" in done.stderr and "1 to 30000" in done.stderr
+
+
+@pytest.mark.slow
+def test_plugin_and_java_interceptor_on_one_topic_reconcile_exactly(
+    kconfig: dict[str, str], bootstrap: str, topic: str, audit_topics: dict[str, str]
+) -> None:
+    """A confluent_kafka.Producer with the plugin and kafka-producer-perf-test with the JVM interceptor write
+    one topic beside the audit consumer: per window one cluster-tier count, equal to the verifier's, and each
+    producer's final sent equal to what the topic holds of it."""
+    audit_topic = audit_topics["audit_topic"]
+    for t in (audit_topic, audit_topics["state_topic"]):
+        ensure_topic(kconfig, t, 3)
+    n_python, n_java = 10_000, 10_000
+    settings = consumer_settings(bootstrap, [topic], audit_topics, grace_ms=3_000)
+    with running_consumer(settings):
+        java = subprocess.Popen(
+            perf_producer(
+                topic,
+                n_java,
+                5_000,
+                {
+                    "bootstrap.servers": bootstrap,
+                    "client.id": "java-audited",
+                    "interceptor.classes": PRODUCER_INTERCEPTOR,
+                    "kafka.audit.topic": audit_topic,
+                    "kafka.audit.window.ms": str(WINDOW_MS),
+                    "kafka.audit.grace.ms": "1000",
+                },
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        producer = confluent_kafka.Producer(
+            {
+                "plugin.library.paths": str(rdkafka_plugin()),
+                "bootstrap.servers": bootstrap,
+                "client.id": "ck-audited",
+                **_audit_settings(audit_topic),
+            }
+        )
+        for i in range(n_python):
+            producer.produce(topic, value=b"p" * 100)
+            if i % 1000 == 0:
+                producer.poll(0)
+        assert producer.flush(30) == 0
+        del producer
+        out, _ = java.communicate(timeout=120)
+        assert java.returncode == 0, out[-3000:]
+        wait_for(lambda: all_windows_final(kconfig, topic, audit_topic), 60, "final windows")
+    v = verify_topic(kconfig, topic, WINDOW_MS, audit_topic=audit_topic, timeout_s=60)
+    assert v.messages == n_python + n_java and v.malformed_stamps == 0
+    assert all(pid is not None and r.final for (_, pid), r in v.rows.items())
+    libraries = {
+        s.producer_id: s.producer_identity.library
+        for s in v.audit_log.tier(PRODUCER_TIER)
+        if s.topic == topic and s.producer_identity is not None
+    }
+    assert sorted(set(libraries.values())) == ["kafka-audit-java", "kafka-audit-librdkafka"]
+    sent = defaultdict(int)
+    for (_, pid), r in v.rows.items():
+        assert (r.sent, r.unique, r.duplicated) == (r.received, r.received, 0), r
+        sent[libraries[pid]] += r.sent
+    assert sent == {"kafka-audit-java": n_java, "kafka-audit-librdkafka": n_python}
+    assert compare_with_cluster(v, CLUSTER) == []  # the cluster tier's final counts per window: exact
