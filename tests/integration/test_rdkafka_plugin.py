@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import subprocess
+import time
 from collections import defaultdict
 
 import confluent_kafka
@@ -24,7 +25,7 @@ import fastavro
 import pytest
 
 from audit_consumer.ground_truth import Verification, verify_topic
-from audit_record import PRODUCER_TIER, codec
+from audit_record import PRODUCER_TIER, codec, stamp
 from audit_record.record import AuditRecord, PartitionDelivery, ProducerConfig
 from kafka_audit.verification_report import compare_with_cluster
 from kafka_plumbing.interceptor_jar import PRODUCER_INTERCEPTOR
@@ -126,6 +127,12 @@ def test_confluent_kafka_producer_audited_by_the_plugin_alone(
         for m in read_to_end(kconfig, topic, group_id=unique_name(request, ".headers"), read_committed=False)
     ]
     assert sum(1 for h in apps if h and ("app", b"1") in h) == N // 2, "application headers kept"
+    stamps = [next(v for k, v in h if k == stamp.STAMP_HEADER) for h in apps]
+    pid = finals[0].producer_id
+    decoded = [stamp.decode(stamp.STAMP_HEADER, v) for v in stamps]
+    assert {p for p, _ in decoded} == {pid.encode()}
+    assert sorted(seq for _, seq in decoded) == list(range(1, N + 1))  # from 1, none twice, none missing
+    assert all(v == stamp.encode(pid, seq) for v, (_, seq) in zip(stamps, decoded, strict=True))
 
     reader = unique_name(request, ".raw")
     raw = [m.value() for m in read_to_end(kconfig, audit_topic, group_id=reader, read_committed=False)]
@@ -264,3 +271,30 @@ def test_plugin_and_java_interceptor_on_one_topic_reconcile_exactly(
         sent[libraries[pid]] += r.sent
     assert sent == {"kafka-audit-java": n_java, "kafka-audit-librdkafka": n_python}
     assert compare_with_cluster(v, CLUSTER) == []  # the cluster tier's final counts per window: exact
+
+
+def test_unreachable_audit_cluster_stays_out_of_the_way(
+    bootstrap: str, kconfig: dict[str, str], topic: str
+) -> None:
+    """The plugin's own producer cannot reach its cluster: every record still arrives, stamped, no produce()
+    fails, and destroying the client waits at most the plugin's 10 s for the final snapshots."""
+    producer = confluent_kafka.Producer(
+        {
+            "plugin.library.paths": str(rdkafka_plugin()),
+            "bootstrap.servers": bootstrap,
+            "kafka.audit.producer.bootstrap.servers": "127.0.0.1:9",  # nothing listens
+            "kafka.audit.producer.log_level": "0",
+            "kafka.audit.window.ms": "1000",
+            "kafka.audit.grace.ms": "0",
+            "kafka.audit.snapshot.interval.ms": "200",
+        }
+    )
+    n = 2_000
+    for _ in range(n):
+        producer.produce(topic, value=b"u" * 10)
+    assert producer.flush(30) == 0
+    t0 = time.monotonic()
+    del producer
+    assert time.monotonic() - t0 < 12
+    got = list(read_to_end(kconfig, topic, group_id=f"{topic}.reader", read_committed=False))
+    assert len(got) == n and all(m.headers() and m.headers()[0][0] == stamp.STAMP_HEADER for m in got)
