@@ -74,6 +74,8 @@ struct auditor {
     uint16_t *ring;
     size_t ring_len;
     struct window **by_slot; /* slots 1..max_windows */
+    struct window **retired; /* windows closed with an acknowledged final, kept for late records */
+    int n_retired;
     struct window *last;
     int open;
     uint64_t next_wid;

@@ -44,19 +44,57 @@ static void free_window(struct window *w) {
     free(w);
 }
 
-static void remove_window(struct auditor *a, struct window *w) {
+/* Take a window out of the table (under both locks); freed, or kept as retired when `retire`. */
+static void remove_window(struct auditor *a, struct window *w, int keep);
+
+/* How long after its end a closed window's counts are kept for late records, ms (ProducerAuditor.java's
+ * RETIRED_RETENTION_MS, the audit consumer's late retention). */
+#define RETIRED_RETENTION_MS 3600000LL
+
+/* Keep a closed window's counts, at most max.windows of them, for an hour after their end: a record with a
+ * CreateTime in a closed window (e.g. a copy keeping its source's) continues them, never restarts them
+ * from 0 under the same snapshot key. */
+static void retire(struct auditor *a, struct window *w) {
+    long long horizon = now_ms() - RETIRED_RETENTION_MS;
+    int k = 0;
+    for (int i = 0; i < a->n_retired; i++) {
+        if (a->retired[i]->end < horizon)
+            free_window(a->retired[i]);
+        else
+            a->retired[k++] = a->retired[i];
+    }
+    a->n_retired = k;
+    if (a->n_retired == a->s.max_windows) { /* full: the oldest goes */
+        int oldest = 0;
+        for (int i = 1; i < a->n_retired; i++)
+            if (a->retired[i]->start < a->retired[oldest]->start)
+                oldest = i;
+        free_window(a->retired[oldest]);
+        a->retired[oldest] = a->retired[--a->n_retired];
+    }
+    w->state = WINDOW_DONE;
+    a->retired[a->n_retired++] = w;
+}
+
+static void remove_window(struct auditor *a, struct window *w, int keep) {
     if (a->by_slot[w->slot] == w)
         a->by_slot[w->slot] = NULL;
     if (a->last == w)
         a->last = NULL;
     a->open--;
-    free_window(w);
+    if (keep && a->retired)
+        retire(a, w);
+    else
+        free_window(w);
 }
 
 void audit_free_windows(struct auditor *a) {
     for (int s = 1; s <= a->s.max_windows; s++)
         if (a->by_slot[s])
-            remove_window(a, a->by_slot[s]);
+            remove_window(a, a->by_slot[s], 0);
+    for (int i = 0; i < a->n_retired; i++)
+        free_window(a->retired[i]);
+    a->n_retired = 0;
 }
 
 /* The window (topic, start), created (dropping the oldest at the cap) if needed; under the lock. */
@@ -80,8 +118,20 @@ static struct window *window_for(struct auditor *a, const char *topic, long long
     }
     if (!free_slot) {
         free_slot = oldest->slot;
-        remove_window(a, oldest);
+        remove_window(a, oldest, 0);
         a->windows_dropped++;
+    }
+    for (int i = 0; i < a->n_retired; i++) {
+        struct window *r = a->retired[i];
+        if (r->start == start && !strcmp(r->topic, topic)) { /* a late record: its counts continue */
+            a->retired[i] = a->retired[--a->n_retired];
+            r->slot = (uint16_t)free_slot;
+            r->state = WINDOW_OPEN;
+            r->dirty = 1;
+            a->by_slot[free_slot] = r;
+            a->open++;
+            return r;
+        }
     }
     struct window *w = calloc(1, sizeof *w);
     if (!w || !(w->topic = strdup(topic))) {
@@ -287,7 +337,7 @@ static void on_snapshot_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, vo
             if (w->state == WINDOW_FINAL_PENDING)
                 w->state = WINDOW_OPEN;
         } else if (final && w->state == WINDOW_FINAL_PENDING && !w->acks_changed) {
-            remove_window(a, w);
+            remove_window(a, w, 1);
         }
         break;
     }

@@ -347,8 +347,9 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, v
     a->ring_len = INITIAL_RING_SLOTS < (size_t)a->s.inflight_slots ? INITIAL_RING_SLOTS : (size_t)a->s.inflight_slots;
     a->ring = calloc(a->ring_len, sizeof *a->ring);
     a->by_slot = calloc((size_t)a->s.max_windows + 1, sizeof *a->by_slot);
+    a->retired = calloc((size_t)a->s.max_windows, sizeof *a->retired);
     a->next_snapshot_ms = now_ms() + a->s.snapshot_interval_ms;
-    if (!a->client_id || !a->host || !a->library_version || !a->ring || !a->by_slot) {
+    if (!a->client_id || !a->host || !a->library_version || !a->ring || !a->by_slot || !a->retired) {
         snprintf(errstr, errstr_size, "kafka-audit plugin: out of memory");
         return RD_KAFKA_RESP_ERR__CRIT_SYS_RESOURCE;
     }

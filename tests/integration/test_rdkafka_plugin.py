@@ -26,6 +26,7 @@ import pytest
 
 from audit_consumer.ground_truth import Verification, verify_topic
 from audit_record import PRODUCER_TIER, codec, stamp
+from audit_record.reader import read_audit_log
 from audit_record.record import AuditRecord, PartitionDelivery, ProducerConfig
 from kafka_audit.verification_report import compare_with_cluster
 from kafka_plumbing.interceptor_jar import PRODUCER_INTERCEPTOR
@@ -112,7 +113,9 @@ def test_confluent_kafka_producer_audited_by_the_plugin_alone(
     for i in range(N):
         # every other record with application headers: the stamp is added to them
         headers = [("app", b"1")] if i % 2 else None
-        producer.produce(topic, value=b"v" * 100, headers=headers)
+        producer.produce(
+            topic, key=str(i).encode(), value=b"v" * 100, headers=headers
+        )  # keyed: every partition
         if i % 1000 == 0:
             producer.poll(0)
     assert producer.flush(30) == 0
@@ -298,3 +301,40 @@ def test_unreachable_audit_cluster_stays_out_of_the_way(
     assert time.monotonic() - t0 < 12
     got = list(read_to_end(kconfig, topic, group_id=f"{topic}.reader", read_committed=False))
     assert len(got) == n and all(m.headers() and m.headers()[0][0] == stamp.STAMP_HEADER for m in got)
+
+
+def test_a_late_record_continues_its_closed_windows_counts(
+    request: pytest.FixtureRequest, kconfig: dict[str, str], bootstrap: str, topic: str
+) -> None:
+    """A record with a CreateTime in a window whose final snapshot the audit topic already has: the window's
+    next final counts it on top of the earlier ones (the JVM's retired windows), never from 0 again."""
+    audit_topic = unique_name(request, ".audit")
+    ensure_topic(kconfig, audit_topic, 3)
+    producer = confluent_kafka.Producer(
+        {
+            "plugin.library.paths": str(rdkafka_plugin()),
+            "bootstrap.servers": bootstrap,
+            **_audit_settings(audit_topic),
+            "kafka.audit.snapshot.interval.ms": "200",
+        }
+    )
+    old = int(time.time() * 1000) - 60_000  # a window long over: it closes once its records are reported
+    start = old - old % WINDOW_MS
+
+    def window_final() -> AuditRecord | None:
+        log = read_audit_log(kconfig, audit_topic)
+        mine = [s for s in log.tier(PRODUCER_TIER) if s.topic == topic and s.window_start_ms == start]
+        return mine[0] if len(mine) == 1 and mine[0].final else None
+
+    for _ in range(100):
+        producer.produce(topic, value=b"a" * 10, timestamp=old)
+    assert producer.flush(30) == 0
+    first = wait_for(window_final, 30, "the window's final snapshot", interval_s=0.2)
+    assert (first.sent, first.acknowledged) == (100, 100)
+    producer.produce(topic, value=b"b" * 10, timestamp=old + 1)
+    assert producer.flush(30) == 0
+    del producer
+    again = window_final()
+    assert again is not None and again.record_id != first.record_id
+    assert (again.sent, again.acknowledged, again.bytes) == (101, 101, 1010)
+    assert again.first_sequence == first.first_sequence and again.last_sequence == 101
