@@ -69,6 +69,8 @@ OTHER_SCHEMAS = {
     "audit_record/record.py": "COUNT_FIELDS: the audit record's counters (audit_record.avsc)",
     "kafka_audit/cli.py": "`kafka-audit verify --json`: the verifier's report row",
     "predictor/suggest.py": "_CONFIG_KEYS: the configuration keys suggest() accepts, and their aliases",
+    "rdkafka_plugin/gen_audit_record.py": "FILLED: the audit record fields the C plugin fills, checked "
+    "against audit_record.avsc when the plugin is built (every other field: its schema default)",
     "testbed/grid.py": "the testbed grid's CSV columns (predictor features and measured labels)",
 }
 
