@@ -16,7 +16,7 @@
 struct audit_settings {
     const struct rk_api *api;
     char *topic;
-    long long window_ms, snapshot_interval_ms, grace_ms, delivery_margin_ms;
+    long long window_ms, snapshot_interval_ms, grace_ms, delivery_margin_ms, close_timeout_ms;
     int max_windows, inflight_slots, enabled;
     int n_overrides;
     char **override_keys, **override_values; /* kafka.audit.producer.<key> */

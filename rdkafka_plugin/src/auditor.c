@@ -21,7 +21,6 @@
 #include "audit.h"
 
 
-#define CLOSE_TIMEOUT_MS 10000
 
 long long now_ms(void) {
     struct timespec ts;
@@ -476,8 +475,8 @@ void *audit_thread(void *arg) {
         pthread_mutex_lock(&a->lock);
     }
     pthread_mutex_unlock(&a->lock);
-    /* closing: finals for every window, then wait for the audit topic at most CLOSE_TIMEOUT_MS */
-    long long deadline = now_ms() + CLOSE_TIMEOUT_MS;
+    /* closing: finals for every window, then wait for the audit topic at most kafka.audit.close.timeout.ms */
+    long long deadline = now_ms() + a->s.close_timeout_ms;
     for (int attempt = 0; attempt < 2; attempt++) {
         tick(a, 1);
         while (a->audit_rk && a->api->outq_len(a->audit_rk) > 0 && now_ms() < deadline)

@@ -36,6 +36,7 @@ static void settings_defaults(struct audit_settings *s, const struct rk_api *api
     s->snapshot_interval_ms = 5000;
     s->grace_ms = 10000;
     s->delivery_margin_ms = 5000; /* audit_record.finality.DEFAULT_DELIVERY_MARGIN_MS */
+    s->close_timeout_ms = 10000;
     s->max_windows = 1000;
     s->inflight_slots = 1 << 20;
     s->enabled = 1;
@@ -126,6 +127,7 @@ static rd_kafka_conf_res_t on_conf_set(rd_kafka_conf_t *conf, const char *name, 
         {"snapshot.interval.ms", 1, 1LL << 40, &s->snapshot_interval_ms},
         {"grace.ms", 0, 1LL << 40, &s->grace_ms},
         {"delivery.margin.ms", 0, 1LL << 40, &s->delivery_margin_ms},
+        {"close.timeout.ms", 0, 600000, &s->close_timeout_ms},
     };
     if (!strncmp(name, PRODUCER_PREFIX, strlen(PRODUCER_PREFIX))) {
         if (!val) /* revert to default: drop nothing, keep it simple */
@@ -186,8 +188,8 @@ static rd_kafka_conf_res_t on_conf_set(rd_kafka_conf_t *conf, const char *name, 
     }
     snprintf(errstr, errstr_size,
              "No such configuration property: \"%s\" (the kafka-audit plugin knows kafka.audit.topic, window.ms, "
-             "snapshot.interval.ms, grace.ms, delivery.margin.ms, max.windows, inflight.slots, enabled, "
-             "producer.*)", name);
+             "snapshot.interval.ms, grace.ms, delivery.margin.ms, close.timeout.ms, max.windows, inflight.slots, "
+             "enabled, producer.*)", name);
     return RD_KAFKA_CONF_INVALID;
 }
 

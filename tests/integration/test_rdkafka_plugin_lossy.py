@@ -78,6 +78,8 @@ def test_kcat_through_loss_every_final_window_equals_the_verifier(tmp_path, audi
                     kcat.stdin.write("".join(f"k{i}:{'x' * 100}\n" for i in range(c * per, (c + 1) * per)))
                     kcat.stdin.flush()
                     time.sleep(0.5)
+                time.sleep(3)  # what is still queued meets the loss too (message.timeout.ms 2.5 s)
+                lab.apply(Impairment())  # the link heals before kcat closes and the finals go out
                 kcat.communicate(timeout=60)
             finally:
                 if kcat.poll() is None:
