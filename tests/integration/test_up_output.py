@@ -73,8 +73,10 @@ def test_up_without_a_terminal_prints_the_closing_table_once_and_nothing_after_i
     # + the watermark delay (5 s), not message.timeout.ms + 5 s after it (examples/demo.toml).
     finals = [r for r in map(json.loads, (tmp_path / "results.jsonl").open()) if r["state"] == "final"]
     assert finals and all(r["final_rule"] == "proof" for r in finals), finals
-    late = [(r["window_start_ms"], r["result_at_ms"] - r["window_end_ms"]) for r in finals]
-    assert all(after <= 5_000 + 2 * 2_000 for _, after in late), late
+    late = sorted((r["window_start_ms"], r["result_at_ms"] - r["window_end_ms"]) for r in finals)
+    # The first window's result also waits for the job's first predicting micro-batches (torch and the
+    # model loaded; 15.6 s after the window's end once on a loaded CI host): 25 s for it, 9 s for the rest.
+    assert late[0][1] <= 25_000 and all(after <= 5_000 + 2 * 2_000 for _, after in late[1:]), late
 
 
 def _status(env: dict[str, str], pid: int) -> dict[str, Any] | None:

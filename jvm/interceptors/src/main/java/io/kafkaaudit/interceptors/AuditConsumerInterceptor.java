@@ -31,8 +31,11 @@ public class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor<K, V>
     public static final long DEFAULT_SNAPSHOT_INTERVAL_MS = 1_000;
     /** Default grace, ms ({@code ConsumerAuditSettings.grace_ms}). */
     public static final long DEFAULT_GRACE_MS = 30_000;
-    /** At {@code close()}, the longest wait for the group's state of partitions not read back yet. */
-    static final Duration CLOSE_STATE_READ_TIMEOUT = Duration.ofSeconds(3);
+    /**
+     * At {@code close()}, the longest wait for the group's state of partitions not read back yet (their counts
+     * are reported only once it is read: 3 s lost a short-lived member's whole tier on a loaded host).
+     */
+    static final Duration CLOSE_STATE_READ_TIMEOUT = Duration.ofSeconds(10);
 
     private final InterceptorMetrics metrics = new InterceptorMetrics();
     private volatile ConsumerAuditor auditor;
