@@ -397,13 +397,8 @@ final class ConsumerAuditor {
                 .set("latency_p99_ms", b.latency.percentile(0.99))
                 .set("latency_max_ms", b.latency.max());
         if (AuditRecordSchema.has(s, "freshness_counts")) {
-            List<Long> fresh = new ArrayList<>(FreshnessHistogram.N_COUNTS);
-            if (!st.logAppendTime && b.freshness != null) {
-                for (long n : b.freshness) {
-                    fresh.add(n);
-                }
-            }
-            out.set("freshness_counts", fresh); // empty: not measured
+            // empty: not measured
+            out.set("freshness_counts", ConsumerStateCodec.longs(st.logAppendTime ? null : b.freshness));
         }
         Schema ro = schema.type("ReadOffset");
         if (ro != null && AuditRecordSchema.has(s, "read_offsets")) {

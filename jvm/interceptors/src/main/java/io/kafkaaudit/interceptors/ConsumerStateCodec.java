@@ -67,6 +67,17 @@ final class ConsumerStateCodec {
         return Schema.createRecord(schema.getName(), schema.getDoc(), schema.getNamespace(), false, fields);
     }
 
+    /** @return counts as the Avro array of longs they are written as (empty for null: not measured) */
+    static List<Long> longs(long[] counts) {
+        List<Long> out = new ArrayList<>(counts == null ? 0 : counts.length);
+        if (counts != null) {
+            for (long n : counts) {
+                out.add(n);
+            }
+        }
+        return out;
+    }
+
     /** @return the state topic's key of a partition */
     static byte[] key(String tier, String topic, int partition) {
         return (tier + "|" + topic + "|" + partition).getBytes(StandardCharsets.UTF_8);
@@ -92,23 +103,13 @@ final class ConsumerStateCodec {
                 r.put("stale", 0L);
                 r.put("bytes", b.bytes);
                 r.put("latency_max_ms", b.latency.maxMs());
-                List<Long> hist = new ArrayList<>();
-                for (long n : b.latency.counts()) {
-                    hist.add(n);
-                }
-                r.put("histogram", hist);
+                r.put("histogram", longs(b.latency.counts()));
                 if (!closed && b.sequences != null) {
                     b.settle();
                 }
                 r.put("sequences", closed || b.sequences == null ? null : ByteBuffer.wrap(portable(b.sequences, b.large)));
                 buckets.add(r);
-                List<Long> fresh = new ArrayList<>(FreshnessHistogram.N_COUNTS);
-                if (b.freshness != null) {
-                    for (long n : b.freshness) {
-                        fresh.add(n);
-                    }
-                }
-                freshness.add(fresh); // empty: not measured
+                freshness.add(longs(b.freshness)); // empty: not measured
             }
         }
         GenericRecord rec = new GenericData.Record(SCHEMA);
