@@ -63,6 +63,7 @@ public class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor<K, V>
         metrics.register("AuditConsumerInterceptor", clientId);
         writer.open();
         auditor.warmUp();
+        JitWarmUp.consumerCounting(settings, metrics);
         timer = Executors.newSingleThreadScheduledExecutor(r -> {
             Thread t = new Thread(r, "kafka-audit-consumer-" + clientId);
             t.setDaemon(true);

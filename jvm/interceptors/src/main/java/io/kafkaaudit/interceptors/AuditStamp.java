@@ -169,6 +169,44 @@ public final class AuditStamp {
         return decodeVarintAt(copy, 0, length);
     }
 
+    /**
+     * {@link #decodeVarint(ByteBuffer, int, int)} without the exception: the consumer's hot path (a malformed
+     * stamp is then decoded again with the exception, for its reason).
+     *
+     * @return the sequence, or -1 where {@link #decodeVarint(ByteBuffer, int, int)} throws
+     */
+    public static long decodeVarintOrMinus(ByteBuffer data, int offset, int length) {
+        return data.hasArray() ? decodeVarintOrMinus(data.array(), data.arrayOffset() + offset, length) : -1;
+    }
+
+    /**
+     * {@link #decodeVarintOrMinus(ByteBuffer, int, int)} on {@code length} bytes of {@code data} from the absolute
+     * index {@code offset}.
+     *
+     * @return the sequence, or -1 where {@link #decodeVarint(byte[], int, int)} throws
+     */
+    public static long decodeVarintOrMinus(byte[] data, int offset, int length) {
+        if (length < 1 || length > VARINT_MAX_BYTES || offset < 0 || offset + length > data.length) {
+            return -1;
+        }
+        int last = offset + length - 1;
+        long n = 0;
+        int shift = 0;
+        for (int i = offset; i < last; i++, shift += 7) {
+            int b = data[i];
+            if (b >= 0) {
+                return -1;
+            }
+            n |= (long) (b & 0x7f) << shift;
+        }
+        int b = data[last];
+        if (b < 0 || (b == 0 && length > 1)) {
+            return -1;
+        }
+        n |= (long) b << shift;
+        return n < 0 ? -1 : n; // the 64th bit set: out of range, as decodeVarint
+    }
+
     private static long decodeVarintAt(byte[] data, int offset, int length) throws MalformedStampException {
         if (length < 1 || length > VARINT_MAX_BYTES) {
             throw malformed("varint_length", "sequence varint of " + length + " bytes (allowed: 1 to 9)");

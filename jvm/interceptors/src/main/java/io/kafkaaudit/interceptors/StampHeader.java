@@ -3,9 +3,13 @@ package io.kafkaaudit.interceptors;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
+import java.util.List;
 import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.Headers;
 import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -37,10 +41,20 @@ final class StampHeader {
     private static final byte[] KEY_V1_BYTES = AuditStamp.KEY_V1.getBytes(StandardCharsets.UTF_8);
     private static final VarHandle KEY_BUFFER;
     private static final VarHandle VALUE_BUFFER;
+    private static final VarHandle HEADER_LIST;
 
     static {
         VarHandle key = null;
         VarHandle value = null;
+        VarHandle list = null;
+        try {
+            list = MethodHandles.privateLookupIn(RecordHeaders.class, MethodHandles.lookup())
+                    .findVarHandle(RecordHeaders.class, "headers", List.class);
+        } catch (ReflectiveOperationException | RuntimeException | LinkageError e) {
+            LOG.info("kafka-audit: this kafka-clients' RecordHeaders has no list of headers to read ({}); "
+                    + "headers are read through their iterator", e.toString());
+        }
+        HEADER_LIST = list;
         try {
             MethodHandles.Lookup lookup = MethodHandles.privateLookupIn(RecordHeader.class, MethodHandles.lookup());
             key = lookup.findVarHandle(RecordHeader.class, "keyBuffer", ByteBuffer.class);
@@ -60,6 +74,87 @@ final class StampHeader {
     /** @return whether headers are read through their slices (false: through the public API only) */
     static boolean inPlace() {
         return KEY_BUFFER != null;
+    }
+
+    /**
+     * The record's headers as the list {@link RecordHeaders} holds them (read it, never modify it): indexed
+     * without an iterator, two objects fewer per record to allocate or to reach.
+     *
+     * @return the list, or null when {@code headers} is another implementation (then iterate it)
+     */
+    @SuppressWarnings("unchecked")
+    static List<Header> list(Headers headers) {
+        if (HEADER_LIST != null && headers instanceof RecordHeaders rh) {
+            return (List<Header>) HEADER_LIST.get(rh);
+        }
+        return null;
+    }
+
+    private static final VarHandle LONG_BE = MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
+
+    /**
+     * The consumer's hot path: read a record's v2 stamp when it is the record's first header (where
+     * {@code AuditProducerInterceptor} and {@code AuditedProducer} put it; then it is the record's stamp by the rule
+     * of {@code audit_record.stamp.stamp_of}: the first header with a stamp key), still as the fetch's slices of a
+     * heap buffer, and well-formed; everything else is left to {@link #find} and {@link AuditStamp#decode} (other
+     * formats, a stamp after other headers, malformed stamps with their reason).
+     *
+     * @param headers the record's headers
+     * @param out receives {@code out[0]} = the producer id's 8 bytes as a big-endian long, {@code out[1]} = the
+     *     sequence
+     * @return true when {@code out} holds the stamp, false when the record needs the general path
+     */
+    static boolean readFirstV2(Headers headers, long[] out) {
+        if (HEADER_LIST == null || VALUE_BUFFER == null || !(headers instanceof RecordHeaders rhs)) {
+            return false;
+        }
+        List<?> list = (List<?>) HEADER_LIST.get(rhs);
+        if (list.isEmpty() || !(list.get(0) instanceof RecordHeader h)) {
+            return false;
+        }
+        ByteBuffer key = (ByteBuffer) KEY_BUFFER.get(h);
+        ByteBuffer value = (ByteBuffer) VALUE_BUFFER.get(h);
+        if (key == null || value == null || key.remaining() != 2 || !key.hasArray() || !value.hasArray()) {
+            return false;
+        }
+        byte[] k = key.array();
+        int ko = key.arrayOffset() + key.position();
+        if (k[ko] != KEY_V2_BYTES[0] || k[ko + 1] != KEY_V2_BYTES[1]) {
+            return false;
+        }
+        int len = value.remaining();
+        if (len <= AuditStamp.ID_BYTES) {
+            return false;
+        }
+        byte[] v = value.array();
+        int at = value.arrayOffset() + value.position();
+        long seq = AuditStamp.decodeVarintOrMinus(v, at + AuditStamp.ID_BYTES, len - AuditStamp.ID_BYTES);
+        if (seq < 0) {
+            return false;
+        }
+        out[0] = (long) LONG_BE.get(v, at);
+        out[1] = seq;
+        return true;
+    }
+
+    /** @return the record's first stamp header (v2 or v1), or null */
+    static Header find(Headers headers) {
+        List<Header> list = list(headers);
+        if (list != null) {
+            for (int i = 0, n = list.size(); i < n; i++) {
+                Header h = list.get(i);
+                if (kind(h) != NONE) {
+                    return h;
+                }
+            }
+            return null;
+        }
+        for (Header h : headers) {
+            if (kind(h) != NONE) {
+                return h;
+            }
+        }
+        return null;
     }
 
     /** @return {@link #V2}, {@link #V1} or {@link #NONE}: which stamp header {@code h} is */

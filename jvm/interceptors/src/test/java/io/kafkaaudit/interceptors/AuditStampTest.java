@@ -65,4 +65,38 @@ class AuditStampTest {
             assertEquals(seq, AuditStamp.decode(AuditStamp.KEY, AuditStamp.encodeV2(id, seq)).sequence());
         }
     }
+
+    /** The consumer's hot-path decoder agrees with the checked one on the vectors and on random bytes. */
+    @Test
+    void decodeVarintOrMinusAgreesWithDecodeVarint() throws Exception {
+        java.util.List<byte[]> values = new java.util.ArrayList<>();
+        for (String part : new String[] {"valid", "malformed"}) {
+            for (JsonNode e : vectors().get(part)) {
+                values.add(HexFormat.of().parseHex(e.get("value_hex").asText()));
+            }
+        }
+        java.util.Random random = new java.util.Random(38);
+        for (int i = 0; i < 20_000; i++) {
+            byte[] v = new byte[1 + random.nextInt(12)];
+            random.nextBytes(v);
+            for (int j = 0; j < v.length - 1 && random.nextBoolean(); j++) {
+                v[j] |= (byte) 0x80; // continuation bits, so that long varints occur
+            }
+            values.add(v);
+        }
+        for (byte[] v : values) {
+            java.nio.ByteBuffer b = java.nio.ByteBuffer.wrap(v);
+            for (int offset = 0; offset < v.length; offset++) {
+                int length = v.length - offset;
+                long fast = AuditStamp.decodeVarintOrMinus(b, offset, length);
+                long checked;
+                try {
+                    checked = AuditStamp.decodeVarint(b, offset, length);
+                } catch (MalformedStampException x) {
+                    checked = -1;
+                }
+                assertEquals(checked, fast < 0 ? -1 : fast, HexFormat.of().formatHex(v) + " at " + offset);
+            }
+        }
+    }
 }

@@ -2,6 +2,7 @@ package io.kafkaaudit.interceptors;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -14,6 +15,7 @@ import java.util.HexFormat;
 import java.util.List;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.junit.jupiter.api.Test;
 
 /** Reading a stamp header in place gives what the public Header API gives, and moves nothing. */
@@ -89,5 +91,44 @@ class StampHeaderTest {
         ByteBuffer v = StampHeader.value(h);
         assertEquals(300, AuditStamp.decodeVarint(v, v.position() + AuditStamp.ID_BYTES, 2));
         assertEquals(AuditStamp.idText(id, 0), AuditStamp.idText(AuditStamp.idBits(v, v.position())));
+    }
+
+    /**
+     * The consumer's hot path reads every valid v2 vector in place as the general path does, and leaves to the
+     * general path whatever it does not read (v1, malformed, the stamp not first, materialized, other Headers).
+     */
+    @Test
+    void readFirstV2AgreesWithTheGeneralPathOrLeavesTheRecordToIt() throws Exception {
+        JsonNode vectors;
+        try (InputStream in = getClass().getResourceAsStream("/kafka-audit/stamp_vectors.json")) {
+            vectors = new ObjectMapper().readTree(in);
+        }
+        long[] out = new long[2];
+        int read = 0;
+        for (String group : List.of("valid", "malformed")) {
+            for (JsonNode e : vectors.get(group)) {
+                String key = e.get("key").asText();
+                byte[] value = HexFormat.of().parseHex(e.get("value_hex").asText());
+                RecordHeader trace = fetched("trace", new byte[] {1});
+                boolean fast = StampHeader.readFirstV2(new RecordHeaders(new Header[] {fetched(key, value), trace}), out);
+                boolean validV2 = group.equals("valid") && key.equals(AuditStamp.KEY);
+                assertEquals(validV2, fast, group + " " + key + " " + e.get("value_hex").asText());
+                if (fast) {
+                    AuditStamp.Decoded d = AuditStamp.decode(key, value);
+                    assertEquals(d.producerId(), AuditStamp.idText(out[0]));
+                    assertEquals(d.sequence(), out[1]);
+                    read++;
+                }
+                // not the first header, materialized, or another Header implementation: the general path's
+                assertFalse(StampHeader.readFirstV2(new RecordHeaders(new Header[] {trace, fetched(key, value)}), out));
+                RecordHeader materialized = fetched(key, value);
+                materialized.key();
+                materialized.value();
+                assertFalse(StampHeader.readFirstV2(new RecordHeaders(new Header[] {materialized}), out));
+                assertFalse(StampHeader.readFirstV2(new RecordHeaders(new Header[] {new Plain(key, value)}), out));
+            }
+        }
+        assertTrue(read >= 10, "valid v2 vectors read: " + read);
+        assertFalse(StampHeader.readFirstV2(new RecordHeaders(), out));
     }
 }
