@@ -35,7 +35,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from audit_producer.application_callbacks import take_application_callbacks
+from audit_producer.application_callbacks import ApplicationCallbacks, take_application_callbacks
 from audit_producer.audit_topic_writer import AuditTopicWriter, close_client
 from audit_producer.client_statistics import ClientStatistics
 from audit_producer.delivery_reports import DeliveryReports
@@ -205,10 +205,9 @@ class AuditedProducer(ProducerStatus, InnerProducerMethods):
         self._reports = DeliveryReports(
             self._windows, self._window_ms, app.on_delivery, self._reconfiguration.on_failure
         )
-        cfg["on_delivery"] = self._reports.on_delivery
         # The statistics of the active inner producer: network (D, L) per window, partition leaders
         self._statistics = ClientStatistics(app.statistics_interval_ms, TcpRetransmitMeter(), app.stats_cb)
-        cfg["stats_cb"] = self._statistics.callback(self._statistics.token)
+        self._set_inner_callbacks(cfg, app)
         self._base_config = dict(cfg)  # what inner producers of other configurations start from
         self._producer = Producer(cfg)
 
@@ -256,6 +255,19 @@ class AuditedProducer(ProducerStatus, InnerProducerMethods):
             tcp_drain=self._tcp_drain,
             audit_topic=self._audit_topic,
         )
+
+    def __new__(cls, config: Mapping[str, Any], audit: ProducerAuditSettings | None = None, **_: Any) -> Any:
+        """Return a new instance: a ``PluginAuditedProducer`` (the plugin counts) if ``counting="plugin"``."""
+        if cls is AuditedProducer and (audit or ProducerAuditSettings()).counting == "plugin":
+            from audit_producer.rdkafka_plugin_producer import PluginAuditedProducer
+
+            cls = PluginAuditedProducer
+        return super().__new__(cls)
+
+    def _set_inner_callbacks(self, cfg: dict[str, Any], app: ApplicationCallbacks) -> None:
+        """Set the inner producers' delivery and statistics callbacks in ``cfg``: the audit's, which count."""
+        cfg["on_delivery"] = self._reports.on_delivery
+        cfg["stats_cb"] = self._statistics.callback(self._statistics.token)
 
     # ------------------------------------------------------------------ the caller's API
     # The hot path. produce() costs what CPython makes it cost, so it does as little as it can; every
@@ -479,16 +491,6 @@ class AuditedProducer(ProducerStatus, InnerProducerMethods):
             self._reconfiguration.start_follower()
         self._audit_topic.check(timeout_s)
 
-    def __len__(self) -> int:
-        """Return the messages queued or in flight, replaced inner producers included."""
-        return len(self._producer) + (self._draining.in_flight() if self._draining else 0)
-
-    def __enter__(self) -> AuditedProducer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def close(self, timeout_s: float = 30.0) -> None:
         """Flush data, then send final snapshots of every window and flush the audit producer.
 
@@ -549,7 +551,7 @@ class AuditedProducer(ProducerStatus, InnerProducerMethods):
             return
         timeout_ms = max(self.reliability.message_timeout_ms, self._draining.max_message_timeout_ms())
         for w in self._snapshots.emit_due(
-            now, len(self), close_all=close_all, timeout_ms=timeout_ms, next_sequence=self._seq + 1
+            now, len(self), close_all=close_all, timeout_ms=timeout_ms, next_sequence=self.last_sequence + 1
         ):
             if self._hot_w is w:
                 self._drop_hot(now)
@@ -567,7 +569,7 @@ class AuditedProducer(ProducerStatus, InnerProducerMethods):
         if poll_interval_ms == self.reliability.poll_interval_ms:
             return
         self.reliability = dataclasses.replace(self.reliability, poll_interval_ms=poll_interval_ms)
-        self._history.change(self._seq + 1, self.reliability)
+        self._history.change(self.last_sequence + 1, self.reliability)
 
     def _wake(self) -> None:
         """Make the caller's next produce/poll run the reconfiguration tick (any thread)."""

@@ -47,6 +47,11 @@ class ProducerAuditSettings(BaseSettings):
         stamp_version: The audit stamp format written (:mod:`audit_record.stamp`): 2 (16 bytes of header
             key + value per message) or 1 (the format before 2, kept for mixed-topic tests and
             benchmarks); readers take both.
+        counting: Who stamps and counts: ``python`` (the producer itself) or ``plugin`` (the librdkafka
+            plugin, ``rdkafka_plugin/``, loaded into the inner producers in reader mode: it stamps and counts
+            in C inside librdkafka, the producer reads its counts back and sends the snapshots;
+            :mod:`audit_producer.rdkafka_plugin_producer`; needs ``make bootstrap``'s build and
+            ``stamp_version`` 2). The snapshots, their counts and every other feature are the same either way.
 
     Example:
         >>> from audit_producer import ProducerAuditSettings
@@ -72,3 +77,4 @@ class ProducerAuditSettings(BaseSettings):
     autotune_probation_ms: int = Field(60_000, gt=0)
     tcp_drain_wait_ms: int = Field(DEFAULT_TCP_DRAIN_WAIT_MS, ge=0)
     stamp_version: Literal[1, 2] = 2
+    counting: Literal["python", "plugin"] = "python"

@@ -13,6 +13,8 @@ Producers, each ``produce(topic, value)`` in a loop with ``poll(0)`` every 1,000
   * ``AuditedProducer``, ``delivery_reports="all"`` (a Python delivery callback per message)
   * plugin-audited: a bare ``confluent_kafka.Producer`` with only ``plugin.library.paths`` (and the audit
     topic) set: the librdkafka plugin (``rdkafka_plugin/``, issue 41) stamps and counts in C
+  * ``AuditedProducer``, ``counting="plugin"``: the plugin stamps and counts, the Python producer reads its
+    counts and sends the snapshots (issue 41 item 3)
 each but the bare one with the stamp format v1 and v2 side by side (``audit_record.stamp``; the floor's
 v1 stamp is a ``struct`` pack, its v2 stamp the producer's packer). "stamp B/msg" is the stamp header's
 key + value, bytes per message, mean over the run's sequence numbers (Kafka's record framing adds 2
@@ -83,9 +85,10 @@ PRODUCERS = (
     "AuditedProducer, all, stamp v1",
     "AuditedProducer, all, stamp v2",
     "plugin-audited confluent_kafka.Producer",
+    "AuditedProducer, counting=plugin",
 )
-BARE, FLOOR_V1, FLOOR, ERRORS_V1, ERRORS, ALL_V1, ALL, PLUGIN = PRODUCERS
-VERSION = {FLOOR_V1: 1, FLOOR: 2, ERRORS_V1: 1, ERRORS: 2, ALL_V1: 1, ALL: 2, PLUGIN: 2}
+BARE, FLOOR_V1, FLOOR, ERRORS_V1, ERRORS, ALL_V1, ALL, PLUGIN, AUDITED_PLUGIN = PRODUCERS
+VERSION = {FLOOR_V1: 1, FLOOR: 2, ERRORS_V1: 1, ERRORS: 2, ALL_V1: 1, ALL: 2, PLUGIN: 2, AUDITED_PLUGIN: 2}
 """The stamp format each producer but the bare one writes."""
 TARGETS = {
     ("100-byte", ERRORS): 0.55,  # issue 17's acceptance
@@ -245,7 +248,10 @@ def make_producer(name: str, config: dict[str, Any], audit_topic: str) -> Any:
             {"plugin.library.paths": str(rdkafka_plugin()), **config, "kafka.audit.topic": audit_topic}
         )
     mode = "errors" if name in (ERRORS, ERRORS_V1) else "all"
-    audit = ProducerAuditSettings(delivery_reports=mode, audit_topic=audit_topic, stamp_version=VERSION[name])
+    counting = "plugin" if name == AUDITED_PLUGIN else "python"
+    audit = ProducerAuditSettings(
+        delivery_reports=mode, audit_topic=audit_topic, stamp_version=VERSION[name], counting=counting
+    )
     p = AuditedProducer(config, audit)
     p.check()  # the audit topic check (a no-op without a broker), outside the measurement
     return p

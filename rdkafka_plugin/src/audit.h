@@ -18,6 +18,8 @@ struct audit_settings {
     char *topic;
     long long window_ms, snapshot_interval_ms, grace_ms, delivery_margin_ms, close_timeout_ms;
     int max_windows, inflight_slots, enabled;
+    int emit;         /* 0: counts only, read by the application (reader.c); no snapshots, no thread */
+    char id_text[18]; /* kafka.audit.id ("~" + 16 hex digits), "" for a random one */
     int n_overrides;
     char **override_keys, **override_values; /* kafka.audit.producer.<key> */
 };
@@ -82,6 +84,8 @@ struct auditor {
     long long next_snapshot_ms;
     rd_kafka_t *audit_rk;
     long long next_producer_attempt_ms;
+    int refs;                        /* reader mode: the client instances sharing this auditor (by id) */
+    struct auditor *next_registered; /* reader mode: the registry of auditors by id (reader.c) */
     /* never-in-the-way counters (logged; the JVM's InterceptorMetrics) */
     unsigned long long windows_dropped, unattributed, snapshot_failures, snapshots_sent, internal_errors;
 };
@@ -94,6 +98,12 @@ void audit_on_ack(struct auditor *a, uint64_t sequence, int partition, rd_kafka_
 uint64_t audit_sequence_of(const struct auditor *a, const unsigned char *value, size_t len);
 void *audit_thread(void *arg);
 void audit_free_windows(struct auditor *a);
+void audit_release_window(struct auditor *a, uint64_t wid);
+
+/* reader.c: auditors in reader mode (kafka.audit.emit=false), shared by the client instances of one id */
+struct auditor *registry_attach(const char *id_text); /* the open auditor of that id, its refs + 1; or NULL */
+void registry_add(struct auditor *a);                 /* refs = 1 */
+int registry_detach(struct auditor *a);               /* refs - 1; returns the refs left (0: unregistered) */
 
 /* avro_encode.c */
 struct buf {

@@ -96,6 +96,18 @@ void audit_free_windows(struct auditor *a) {
     a->n_retired = 0;
 }
 
+/* Reader mode: the application closed window wid (its last counts read): drop it; under both locks. A
+ * record with a CreateTime in it later starts a new window (a new wid), which the reader adds to its own. */
+void audit_release_window(struct auditor *a, uint64_t wid) {
+    for (int s = 1; s <= a->s.max_windows; s++) {
+        struct window *w = a->by_slot[s];
+        if (w && w->wid == wid) {
+            remove_window(a, w, 0);
+            return;
+        }
+    }
+}
+
 /* The window (topic, start), created (dropping the oldest at the cap) if needed; under the lock. */
 static struct window *window_for(struct auditor *a, const char *topic, long long start) {
     int free_slot = 0;
@@ -491,6 +503,12 @@ void *audit_thread(void *arg) {
     if (a->open)
         fprintf(stderr, "%%4|kafka-audit|%s: %d window(s) closed without an acknowledged final snapshot\n",
                 a->client_id, a->open);
+    if (a->unattributed || a->windows_dropped || a->internal_errors || a->snapshot_failures)
+        fprintf(stderr,
+                "%%5|kafka-audit|%s: at close: %llu acknowledgement(s) not placed in a window, %llu window(s) dropped "
+                "at kafka.audit.max.windows, %llu message(s) not stamped, %llu snapshot(s) not delivered, %llu sent\n",
+                a->client_id, a->unattributed, a->windows_dropped, a->internal_errors, a->snapshot_failures,
+                a->snapshots_sent);
     pthread_mutex_unlock(&a->lock);
     if (a->audit_rk) {
         a->api->kafka_destroy(a->audit_rk);

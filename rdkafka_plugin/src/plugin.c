@@ -40,6 +40,7 @@ static void settings_defaults(struct audit_settings *s, const struct rk_api *api
     s->max_windows = 1000;
     s->inflight_slots = 1 << 20;
     s->enabled = 1;
+    s->emit = 1;
 }
 
 static void settings_free(struct audit_settings *s) {
@@ -163,15 +164,27 @@ static rd_kafka_conf_res_t on_conf_set(rd_kafka_conf_t *conf, const char *name, 
         }
         return RD_KAFKA_CONF_OK;
     }
-    if (!strcmp(key, "enabled")) {
+    if (!strcmp(key, "enabled") || !strcmp(key, "emit")) {
         if (val && (!strcmp(val, "true") || !strcmp(val, "false"))) {
-            s->enabled = !strcmp(val, "true");
+            *(!strcmp(key, "emit") ? &s->emit : &s->enabled) = !strcmp(val, "true");
             return RD_KAFKA_CONF_OK;
         }
         snprintf(errstr, errstr_size,
                  "Invalid value \"%s\" for configuration property \"%s\": allowed values: true, false",
                  val ? val : "", name);
         return RD_KAFKA_CONF_INVALID;
+    }
+    if (!strcmp(key, "id")) { /* audit_record.stamp's v2 text form: "~" + 16 lowercase hex digits */
+        int ok = val && strlen(val) == 17 && val[0] == '~';
+        for (int i = 1; ok && i < 17; i++)
+            ok = (val[i] >= '0' && val[i] <= '9') || (val[i] >= 'a' && val[i] <= 'f');
+        if (!ok) {
+            snprintf(errstr, errstr_size, "Invalid value \"%s\" for configuration property \"%s\": allowed values: "
+                     "\"~\" followed by 16 lowercase hex digits", val ? val : "", name);
+            return RD_KAFKA_CONF_INVALID;
+        }
+        memcpy(s->id_text, val, 18);
+        return RD_KAFKA_CONF_OK;
     }
     if (!strcmp(key, "topic")) {
         if (!val || !*val) {
@@ -189,7 +202,7 @@ static rd_kafka_conf_res_t on_conf_set(rd_kafka_conf_t *conf, const char *name, 
     snprintf(errstr, errstr_size,
              "No such configuration property: \"%s\" (the kafka-audit plugin knows kafka.audit.topic, window.ms, "
              "snapshot.interval.ms, grace.ms, delivery.margin.ms, close.timeout.ms, max.windows, inflight.slots, "
-             "enabled, producer.*)", name);
+             "enabled, emit, id, producer.*)", name);
     return RD_KAFKA_CONF_INVALID;
 }
 
@@ -318,7 +331,14 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, v
     const struct rk_api *api = s->api;
     if (!s->enabled || api->type(rk) != RD_KAFKA_PRODUCER)
         return RD_KAFKA_RESP_ERR_NO_ERROR; /* consumers: passed through (no on_consume tier yet) */
-    struct auditor *a = calloc(1, sizeof *a);
+    struct auditor *a = !s->emit && s->id_text[0] ? registry_attach(s->id_text) : NULL;
+    if (a) { /* reader mode: another instance of the same audited producer (a swap): one sequence, one count */
+        api->interceptor_add_on_send(rk, IC_NAME, on_send, a);
+        api->interceptor_add_on_acknowledgement(rk, IC_NAME, on_ack, a);
+        api->interceptor_add_on_destroy(rk, IC_NAME, on_destroy, a);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+    }
+    a = calloc(1, sizeof *a);
     if (!a || settings_copy(&a->s, s)) {
         snprintf(errstr, errstr_size, "kafka-audit plugin: out of memory");
         free(a);
@@ -328,7 +348,13 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, v
     pthread_mutex_init(&a->lock, NULL);
     pthread_mutex_init(&a->ack_lock, NULL);
     pthread_cond_init(&a->wake, NULL);
-    if (getrandom(a->id, sizeof a->id, 0) != (ssize_t)sizeof a->id) {
+    if (s->id_text[0]) {
+        for (int i = 0; i < 8; i++) {
+            unsigned v;
+            sscanf(s->id_text + 1 + 2 * i, "%2x", &v);
+            a->id[i] = (unsigned char)v;
+        }
+    } else if (getrandom(a->id, sizeof a->id, 0) != (ssize_t)sizeof a->id) {
         snprintf(errstr, errstr_size, "kafka-audit plugin: getrandom failed");
         return RD_KAFKA_RESP_ERR__CRIT_SYS_RESOURCE;
     }
@@ -355,16 +381,20 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, v
         snprintf(errstr, errstr_size, "kafka-audit plugin: out of memory");
         return RD_KAFKA_RESP_ERR__CRIT_SYS_RESOURCE;
     }
-    if (pthread_create(&a->thread, NULL, audit_thread, a)) {
+    if (!a->s.emit) {
+        registry_add(a); /* reader mode: the application reads the counts (reader.c); no snapshots, no thread */
+    } else if (pthread_create(&a->thread, NULL, audit_thread, a)) {
         snprintf(errstr, errstr_size, "kafka-audit plugin: cannot start its thread");
         return RD_KAFKA_RESP_ERR__CRIT_SYS_RESOURCE;
+    } else {
+        a->thread_started = 1;
     }
-    a->thread_started = 1;
     api->interceptor_add_on_send(rk, IC_NAME, on_send, a);
     api->interceptor_add_on_acknowledgement(rk, IC_NAME, on_ack, a);
     api->interceptor_add_on_destroy(rk, IC_NAME, on_destroy, a);
-    fprintf(stderr, "%%6|kafka-audit|%s: producer id %s, audit topic %s, window %lld ms (librdkafka %s)\n",
-            a->client_id, a->id_text, a->s.topic, a->s.window_ms, api->version_str());
+    if (a->s.emit)
+        fprintf(stderr, "%%6|kafka-audit|%s: producer id %s, audit topic %s, window %lld ms (librdkafka %s)\n",
+                a->client_id, a->id_text, a->s.topic, a->s.window_ms, api->version_str());
     return RD_KAFKA_RESP_ERR_NO_ERROR;
 }
 
@@ -414,6 +444,8 @@ static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *i
 static rd_kafka_resp_err_t on_destroy(rd_kafka_t *rk, void *ic_opaque) {
     (void)rk;
     struct auditor *a = ic_opaque;
+    if (!a->s.emit && registry_detach(a) > 0)
+        return RD_KAFKA_RESP_ERR_NO_ERROR; /* reader mode: another instance still sends through it */
     pthread_mutex_lock(&a->lock);
     int started = a->thread_started;
     a->stop = 1;

@@ -6,7 +6,8 @@ Real KRaft broker (the session fixture). ``kcat`` (Debian's librdkafka 2.0.2) an
 verifier (:func:`audit_consumer.ground_truth.verify_topic`) reads the topic and the audit topic: every
 window's final ``sent`` equals what the topic holds, their sum is N (the test's count), nothing is
 unaudited. Beside a Java producer with the JVM interceptor on one topic and the audit consumer, every
-window's cluster-tier count equals the verifier's. The snapshot bytes are Avro single objects of the
+window's cluster-tier count equals the verifier's and the Spark job's reconciliation gives one result per
+window, exact. The snapshot bytes are Avro single objects of the
 current schema that fastavro decodes and encodes back to the same bytes, and decode to the record a Python
 producer writes for the same counts. A misconfigured or unloadable plugin fails the client's configuration
 with librdkafka's error, naming the key.
@@ -32,6 +33,7 @@ from kafka_audit.verification_report import compare_with_cluster
 from kafka_plumbing.interceptor_jar import PRODUCER_INTERCEPTOR
 from kafka_plumbing.rdkafka_plugin import rdkafka_plugin
 from kafka_plumbing.topics import ensure_topic, read_to_end
+from spark_streaming.reconcile import compact, reconcile
 from tests.conftest import unique_name
 
 from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
@@ -274,6 +276,23 @@ def test_plugin_and_java_interceptor_on_one_topic_reconcile_exactly(
         sent[libraries[pid]] += r.sent
     assert sent == {"kafka-audit-java": n_java, "kafka-audit-librdkafka": n_python}
     assert compare_with_cluster(v, CLUSTER) == []  # the cluster tier's final counts per window: exact
+    # The Spark job's reconciliation (its pure function) over each window's newest snapshots: one result per
+    # window, whose sent sums both producers' finals and equals what the topic holds; nothing lost or doubled.
+    received: dict[int, int] = defaultdict(int)
+    for (start, _), r in v.rows.items():
+        received[start] += r.received
+    by_window: dict[int, list[AuditRecord]] = defaultdict(list)
+    for s in v.audit_log.records.values():
+        if s.topic == topic:
+            by_window[s.window_start_ms].append(s)
+    assert set(by_window) == set(received)
+    for start, records in by_window.items():
+        compacted = [compact(s, 0, i) for i, s in enumerate(records)]
+        (row,) = reconcile(topic, start, start + WINDOW_MS, compacted, [CLUSTER], "final")
+        assert row["sent"] == row["received"] == row["unique"] == received[start], row
+        assert (row["duplicated"], row["unaudited"], row["failed"], row["loss_rate"]) == (0, 0, 0, 0.0), row
+        assert row["producers"] == len({s.producer_id for s in records if s.tier == PRODUCER_TIER})
+    assert sum(received.values()) == n_python + n_java
 
 
 def test_unreachable_audit_cluster_stays_out_of_the_way(
