@@ -16,7 +16,8 @@ offset) on 100-byte records that the audited producer wrote (so every record car
 
 Rate = the tool's own figure: the producer's ``records/sec`` over its send loop (JVM start excluded), the
 consumer's ``fetch.nMsg.sec`` (rebalance time excluded). Against a local one-broker cluster the script
-starts (3-partition topics), on the same host: the broker shares the CPU. The runs interleave: every
+starts, on the same host: the broker shares the CPU. Every producer run writes into a 3-partition topic of its
+own, deleted after it, so every run starts from an empty log. The runs interleave: every
 floor, audited run is between two bare runs (B F B A B per workload and round, the order of F and A
 alternating per round; B A B for the consumer), and its ratio is taken against the mean rate of those two
 neighbours, so load drifting over seconds shifts both sides of a ratio alike. Each cell is the median
@@ -59,6 +60,7 @@ import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from confluent_kafka.admin import AdminClient
 from rich.console import Console
 from rich.table import Table
 
@@ -136,6 +138,7 @@ class Bench:
         self.bootstrap = cluster.bootstrap_servers
         self.cp = os.pathsep.join([classpath("kafka"), str(interceptor_jar()), str(classes)])
         self.groups = collections.Counter[str]()
+        self.runs = 0
         self.cpu: dict[tuple[str, str, str], list[float]] = collections.defaultdict(list)
         """(tool, variant, topic) -> CPU seconds (user + system) of each run's JVM, start-up included."""
 
@@ -155,14 +158,37 @@ class Bench:
             )
         return done.stdout
 
-    def produce(self, variant: str, topic: str, records: int, size: int, jfr: Path | None = None) -> float:
-        """One ``kafka-producer-perf-test`` run; return its records/s."""
+    def produce(
+        self, variant: str, topic: str, records: int, size: int, jfr: Path | None = None, fresh: bool = True
+    ) -> float:
+        """One ``kafka-producer-perf-test`` run; return its records/s.
+
+        ``fresh``: into a new 3-partition topic ``<topic>-<n>``, deleted after the run, so that every run
+        starts from an empty log (a topic filling up to its retention and deleting segments slowed later
+        runs).
+        """
+        name = topic
+        if fresh:
+            self.runs += 1
+            name = f"{topic}-{self.runs}"
+            ensure_topic({"bootstrap.servers": self.bootstrap}, name, partitions=3)
+        try:
+            return self._produce(variant, name, topic, records, size, jfr)
+        finally:
+            if fresh:
+                admin = AdminClient({"bootstrap.servers": self.bootstrap})
+                for future in admin.delete_topics([name], operation_timeout=30).values():
+                    future.result(timeout=60)
+
+    def _produce(
+        self, variant: str, name: str, topic: str, records: int, size: int, jfr: Path | None
+    ) -> float:
         props = [f"bootstrap.servers={self.bootstrap}", f"client.id=bench-{variant}"]
         if variant == "floor":
             props.append(f"interceptor.classes={FLOOR}")
         elif variant == "audited":
             props += [f"interceptor.classes={PRODUCER_INTERCEPTOR}", f"kafka.audit.topic={AUDIT_TOPIC}"]
-        args = ["--topic", topic, "--num-records", str(records), "--record-size", str(size)]
+        args = ["--topic", name, "--num-records", str(records), "--record-size", str(size)]
         out = self._java(
             "org.apache.kafka.tools.ProducerPerformance",
             [*args, "--throughput", "-1", "--command-property", *props],
@@ -248,15 +274,11 @@ def main() -> None:
         cluster.start()
         try:
             kconfig = {"bootstrap.servers": cluster.bootstrap_servers}
-            # The producers' topics only grow: 256 MiB per partition kept (64 MiB segments), older deleted.
-            bounded = {"retention.bytes": str(256 << 20), "segment.bytes": str(64 << 20)}
-            for t in ("bench-100", "bench-1k"):
-                ensure_topic(kconfig, t, partitions=3, topic_config=bounded)
             ensure_topic(kconfig, "bench-consume", partitions=3)
             ensure_topic(kconfig, AUDIT_TOPIC, partitions=1)
             bench = Bench(cluster, compile_floor(work / "classes"))
             # The consumer's topic: stamped records, written once by the audited producer.
-            bench.produce("audited", "bench-consume", args.consumer_records, 100)
+            bench.produce("audited", "bench-consume", args.consumer_records, 100, fresh=False)
             bench.cpu.clear()
             rows: dict[tuple[str, int, str], list[tuple[float, float]]] = collections.defaultdict(list)
             for r in range(args.repeats):
