@@ -26,14 +26,14 @@ Per producer group, from the newest final window results (``docs/DESIGN.md``, "C
 * **Modes.** ``apply``: a ``change`` (next version). ``advise``, or ``apply`` with the kill switch on:
   ``advice`` (reason ``advise_mode`` / ``kill_switch``), nothing changes. ``off``: no decisions.
 * **Rollback.** After a change the next ``rollback_windows`` k final windows that ran with the new
-  configuration (same librdkafka properties, one producer configuration in the window) are measured;
-  if their mean gamma is below what the change should have given by more than ``rollback_tolerance``,
-  a ``rollback`` to the previous configuration (next version), else ``kept``. What it should have given
-  is the mean measured gamma of the k windows before the change, moved by as much as the network moved
-  the model's prediction for the new configuration: the mean ``gamma_predicted`` of the k windows after
-  (the new configuration on their network) minus the predicted gamma of the change (the new
-  configuration on the network it was decided on). So a network that got worse right after a change
-  (a new loss stage) is not blamed on the change; without predictions the shift is 0.
+  configuration (same librdkafka properties, one producer configuration in the window) are measured; if
+  their mean gamma is below what the change should have given by more than the measurement's noise
+  (below), a ``rollback`` to the previous configuration (next version), else ``kept``. What it should
+  have given: the mean measured gamma of the k windows before the change, moved by as much as the network
+  moved the model's prediction for the new configuration (the mean ``gamma_predicted`` of the k windows
+  after, the new configuration on their network, minus the predicted gamma of the change, on the network
+  it was decided on). So a network that got worse right after a change (a new loss stage) is not blamed
+  on the change; without predictions the shift is 0.
   Without k such windows within ``evaluation_timeout_ms`` the evaluation ends ``held``/``not_applied``.
 * **Measurement first** (issue 39: a change that raised the measured gamma from 0.730 to 1.000 was
   rolled back because the model had predicted a network improvement of +0.289 it had to beat). A change
@@ -362,7 +362,7 @@ class Controller:
         )
         shift = max(-NETWORK_SHIFT_MAX, min(NETWORK_SHIFT_MAX, predicted_shift)) if calibrated else 0.0
         expected = None if before is None else min(1.0, before + shift)
-        worse = after is not None and expected is not None and after < expected - s.rollback_tolerance
+        worse = after is not None and expected is not None and after < expected - noise
         numbers = dict(
             predicted_before=ev.predicted_gamma_before,
             predicted_after=ev.predicted_gamma_after,
@@ -396,7 +396,7 @@ class Controller:
             words += f", {predicted_shift:+.3f} for the network since (predicted), {shift:+.3f} used (bound)"
         elif shift:
             words += f", {shift:+.3f} for the network since (predicted)"
-        words += f" (tolerance {s.rollback_tolerance:g})"
+        words += f" (noise {noise:.3f}, at least the tolerance {s.rollback_tolerance:g})"
         if not worse:
             return self._decision(
                 group, st, row, now_ms, "kept", "not_worse", f"{words}: kept", ev.before, ev.after, **numbers

@@ -358,3 +358,27 @@ def test_the_evidence_for_measurement_first_survives_a_restart():
     assert ev.errors_after == pytest.approx([0.01])
     again = ControllerState.from_json(c.state.to_json()).groups["orders"]
     assert again.recent_errors == st.recent_errors and again.evaluation.to_json() == ev.to_json()
+
+
+def test_a_decline_within_the_measurement_noise_is_not_rolled_back():
+    # issue 39 testbed run (weblog, 60-s stages, k = 2): producers 1 -> 2 decided from the first lossy
+    # window of a loss stage, so the k windows before it were one nearly calm (0.981) and one lossy (0.643);
+    # the two after it measured 0.825 and 0.735 (the default configuration lost 69% in that stage). Their
+    # mean, 0.780, is 0.032 below 0.812 with a noise of 0.350: no evidence the change made it worse. It
+    # was rolled back when a decline beyond the tolerance (0.01) was enough.
+    def run(after: tuple[float, float]) -> ControlDecision:
+        c = controller(rollback_windows=2)
+        assert decide(c, 0, gamma_actual=0.981, changes={}) == []
+        assert kinds(decide(c, 1, gamma_actual=0.643)) == [("change", "suggestion")]
+        decide(c, 2, batch=4, gamma_actual=0.5, changes={})  # started before the change: not counted
+        decide(c, 3, batch=4, gamma_actual=after[0], changes={}, model_calibrated=False)
+        (d,) = decide(c, 4, batch=4, gamma_actual=after[1], changes={}, model_calibrated=False)
+        return d
+
+    d = run((0.825, 0.735))
+    assert (d.kind, d.reason) == ("kept", "not_worse")
+    assert d.measured_gamma_before == pytest.approx(0.812) and d.measured_gamma_after == pytest.approx(0.780)
+    assert "noise 0.350" in d.detail
+    # a decline beyond the noise is still a rollback
+    d = run((0.2, 0.25))
+    assert (d.kind, d.reason) == ("rollback", "worse")
