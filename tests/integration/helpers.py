@@ -6,13 +6,14 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from audit_consumer.consumer import AuditConsumer
 from audit_consumer.settings import AuditConsumerSettings
 from audit_record import PRODUCER_TIER, cluster_tier
+from audit_record.control_record import encode_control
 from audit_record.reader import read_audit_log
 
 CLUSTER = "test"
@@ -101,3 +102,66 @@ def all_windows_final(config: dict[str, str], topic: str, audit_topic: str) -> b
     open_ = {r.window_start_ms for r in cluster if not r.final}
     producers_final = all(r.final for r in log.tier(PRODUCER_TIER) if r.topic == topic)
     return bool(produced) and produced <= final and not open_ and producers_final
+
+
+def produce_through_changes(
+    producer: Any,
+    topic: str,
+    writer: Any,
+    control_topic: str,
+    group: str,
+    versions: Sequence[Any],
+    timeout_s: float = 60.0,
+) -> int:
+    """Produce ``topic`` from this thread while the control records ``versions`` are published one by one.
+
+    Each record (a ``ControlRecord`` of ``group``) goes to ``control_topic`` through ``writer`` (a
+    ``confluent_kafka.Producer``); the next one waits until ``producer`` (an ``AuditedProducer``) applied it
+    and produced 100 more messages with it, so every configuration has messages of its own. Production goes
+    on to a multiple of 1,000 messages after the last change, then ``producer`` is closed.
+
+    Returns:
+        The number of messages produced (``b"message <n>"``, n from 0).
+
+    Raises:
+        AssertionError: the changes took longer than ``timeout_s``, or the change thread's failure.
+    """
+    done = threading.Event()
+    failures: list[BaseException] = []
+
+    def change_configuration() -> None:
+        try:
+            for record in versions:
+                writer.produce(control_topic, encode_control(record), group.encode())
+                assert writer.flush(10) == 0
+                v = record.version
+                wait_for(lambda v=v: producer.active_control_version == v, 20, f"version {v}", 0.02)
+                seq = producer.last_sequence  # every configuration gets messages of its own
+                wait_for(lambda s=seq: producer.last_sequence >= s + 100, 20, "messages", 0.02)
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            done.set()
+
+    changer = threading.Thread(target=change_configuration, daemon=True)
+    changer.start()
+    n = 0
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not done.is_set() or n % 1000:  # go on a little after the last change
+            assert time.monotonic() < deadline, "the configuration changes took too long"
+            for _ in range(20):
+                while True:
+                    try:
+                        producer.produce(topic, b"message %d" % n)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+                n += 1
+            producer.poll(0)
+            time.sleep(0.002)
+    finally:
+        changer.join(30)
+        producer.close()
+    assert not failures, failures[0]
+    return n

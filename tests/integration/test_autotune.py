@@ -28,7 +28,7 @@ from kafka_plumbing.topics import CONTROL_TOPIC_CONFIG, ensure_topic, read_to_en
 from spark_streaming.reconcile import compact, reconcile
 from tests.conftest import unique_name
 
-from .helpers import wait_for
+from .helpers import produce_through_changes, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -88,44 +88,8 @@ def test_twenty_forced_configuration_changes_lose_nothing_and_count_exactly(
     )
     producer.check()
     writer = Producer(kconfig)
-    done = threading.Event()
-    failures: list[BaseException] = []
-
-    def change_configuration() -> None:
-        try:
-            for v in range(1, CHANGES + 1):
-                writer.produce(control_topic, encode_control(forced(group, v)), group.encode())
-                assert writer.flush(10) == 0
-                wait_for(lambda v=v: producer.active_control_version == v, 20, f"version {v}", 0.02)
-                # every configuration runs with messages of its own before the next one is asked for
-                seq = producer.last_sequence
-                wait_for(lambda s=seq: producer.last_sequence >= s + 100, 20, "messages", 0.02)
-        except BaseException as exc:
-            failures.append(exc)
-        finally:
-            done.set()
-
-    changer = threading.Thread(target=change_configuration, daemon=True)
-    changer.start()
-    n = 0
-    deadline = time.monotonic() + 60
-    try:
-        while not done.is_set() or n % 1000:  # go on a little after the last change
-            assert time.monotonic() < deadline, "the configuration changes took too long"
-            for _ in range(20):
-                while True:
-                    try:
-                        producer.produce(topic, b"message %d" % n)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
-                n += 1
-            producer.poll(0)
-            time.sleep(0.002)
-    finally:
-        changer.join(30)
-        producer.close()
-    assert not failures, failures[0]
+    versions = [forced(group, v) for v in range(1, CHANGES + 1)]
+    n = produce_through_changes(producer, topic, writer, control_topic, group, versions)
     assert producer.config_events["applied"] == CHANGES, events
     assert producer.config_events["rejected"] == producer.config_events["rolled_back"] == 0
     assert producer.active_control_version == CHANGES

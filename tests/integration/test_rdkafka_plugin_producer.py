@@ -10,8 +10,6 @@ inner producer (the new one shares the plugin's auditor), and nothing is lost or
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
 from collections import Counter, defaultdict
 
@@ -23,7 +21,7 @@ from audit_producer import AuditedProducer, ProducerAuditSettings
 from audit_producer.rdkafka_plugin_counts import PluginCounts, plugin_config
 from audit_producer.window_counts import ACKED, BYTES, FAILED, FAILED_BY, FIRST_SEQ, LAST_SEQ, SENT
 from audit_record import PRODUCER_TIER, now_ms
-from audit_record.control_record import ControlRecord, encode_control
+from audit_record.control_record import ControlRecord
 from audit_record.reader import read_audit_log
 from audit_record.stamp import new_producer_id
 from audit_record.stamp import read as read_stamp
@@ -31,7 +29,7 @@ from kafka_plumbing.rdkafka_plugin import rdkafka_plugin
 from kafka_plumbing.topics import CONTROL_TOPIC_CONFIG, ensure_topic, read_to_end
 from tests.conftest import unique_name
 
-from .helpers import wait_for
+from .helpers import produce_through_changes
 
 pytestmark = pytest.mark.integration
 
@@ -198,43 +196,8 @@ def test_live_reconfiguration_on_the_plugin_path_loses_and_doubles_nothing(
     )
     producer.check()
     writer = Producer(kconfig)
-    done = threading.Event()
-    failures: list[BaseException] = []
-
-    def change_configuration() -> None:
-        try:
-            for v in range(1, CHANGES + 1):
-                writer.produce(control_topic, encode_control(_forced(group, v)), group.encode())
-                assert writer.flush(10) == 0
-                wait_for(lambda v=v: producer.active_control_version == v, 20, f"version {v}", 0.02)
-                seq = producer.last_sequence  # every configuration gets messages of its own
-                wait_for(lambda s=seq: producer.last_sequence >= s + 100, 20, "messages", 0.02)
-        except BaseException as exc:
-            failures.append(exc)
-        finally:
-            done.set()
-
-    changer = threading.Thread(target=change_configuration, daemon=True)
-    changer.start()
-    n = 0
-    deadline = time.monotonic() + 60
-    try:
-        while not done.is_set() or n % 1000:
-            assert time.monotonic() < deadline, "the configuration changes took too long"
-            for _ in range(20):
-                while True:
-                    try:
-                        producer.produce(topic, b"message %d" % n)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
-                n += 1
-            producer.poll(0)
-            time.sleep(0.002)
-    finally:
-        changer.join(30)
-        producer.close()
-    assert not failures, failures[0]
+    versions = [_forced(group, v) for v in range(1, CHANGES + 1)]
+    n = produce_through_changes(producer, topic, writer, control_topic, group, versions)
     assert producer.config_events["applied"] == CHANGES
     assert producer.config_events["rejected"] == producer.config_events["rolled_back"] == 0
     assert producer.current_config == _forced(group, CHANGES).librdkafka_config()

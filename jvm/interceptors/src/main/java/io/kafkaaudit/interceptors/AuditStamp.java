@@ -240,6 +240,18 @@ public final class AuditStamp {
         return new MalformedStampException(reason, detail);
     }
 
+    private static final java.lang.invoke.VarHandle LONG_BE =
+            java.lang.invoke.MethodHandles.byteArrayViewVarHandle(long[].class, java.nio.ByteOrder.BIG_ENDIAN);
+
+    /**
+     * The 8 bytes of a v2 producer id from {@code offset} of {@code data} as a big-endian long (one load).
+     *
+     * @throws IndexOutOfBoundsException if fewer than 8 bytes follow {@code offset}
+     */
+    public static long idBits(byte[] data, int offset) {
+        return (long) LONG_BE.get(data, offset);
+    }
+
     /** @return the 8 id bytes at the absolute index {@code offset} of {@code data} as a big-endian long */
     public static long idBits(ByteBuffer data, int offset) {
         long id = 0;

@@ -69,6 +69,8 @@ final class ProducerAuditor {
     private final InterceptorMetrics metrics;
     private final AuditRecordSchema schema = AuditRecordSchema.get();
     private final byte[] id = AuditStamp.newProducerId();
+    /** {@link #id} as a big-endian long. */
+    private final long idBits = AuditStamp.idBits(id, 0);
     private final String idText = AuditStamp.idText(id, 0);
     private final Map<String, Map<Long, ProducerWindow>> windows = new HashMap<>();
     /** Windows closed with an acknowledged final snapshot, kept to continue their counts if a record still comes. */
@@ -306,30 +308,38 @@ final class ProducerAuditor {
         w.acksChanged = true;
     }
 
-    /** @return the sequence of this instance's stamp in the headers, or -1 */
+    /**
+     * @return the sequence of this instance's stamp in the headers (the first stamp header: {@link #onSend} puts
+     *     it first), or -1
+     */
     long sequenceOf(Headers headers) {
         if (headers == null) {
             return -1;
         }
+        java.util.List<Header> list = StampHeader.list(headers); // by index: no iterator per acknowledgement
+        if (list != null) {
+            for (int i = 0, n = list.size(); i < n; i++) {
+                Header h = list.get(i);
+                if (AuditStamp.KEY.equals(h.key())) {
+                    return ownSequence(h.value());
+                }
+            }
+            return -1;
+        }
         for (Header h : headers) {
             if (AuditStamp.KEY.equals(h.key())) {
-                byte[] v = h.value();
-                if (v == null || v.length <= AuditStamp.ID_BYTES) {
-                    return -1;
-                }
-                for (int i = 0; i < AuditStamp.ID_BYTES; i++) {
-                    if (v[i] != id[i]) {
-                        return -1;
-                    }
-                }
-                try {
-                    return AuditStamp.decodeVarint(v, AuditStamp.ID_BYTES, v.length - AuditStamp.ID_BYTES);
-                } catch (MalformedStampException e) {
-                    return -1;
-                }
+                return ownSequence(h.value());
             }
         }
         return -1;
+    }
+
+    /** @return the sequence of a v2 stamp value with this instance's id, else -1 */
+    private long ownSequence(byte[] v) {
+        if (v == null || v.length <= AuditStamp.ID_BYTES || AuditStamp.idBits(v, 0) != idBits) {
+            return -1;
+        }
+        return AuditStamp.decodeVarintOrMinus(v, AuditStamp.ID_BYTES, v.length - AuditStamp.ID_BYTES);
     }
 
     /** @return the Kafka error name of a send failure ({@code Errors.name()}), else the exception's class name */

@@ -3,7 +3,6 @@ package io.kafkaaudit.interceptors;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
-import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 import java.util.List;
 import org.apache.kafka.common.header.Header;
@@ -90,8 +89,6 @@ final class StampHeader {
         return null;
     }
 
-    private static final VarHandle LONG_BE = MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
-
     /**
      * The consumer's hot path: read a record's v2 stamp when it is the record's first header (where
      * {@code AuditProducerInterceptor} and {@code AuditedProducer} put it; then it is the record's stamp by the rule
@@ -132,7 +129,7 @@ final class StampHeader {
         if (seq < 0) {
             return false;
         }
-        out[0] = (long) LONG_BE.get(v, at);
+        out[0] = AuditStamp.idBits(v, at);
         out[1] = seq;
         return true;
     }

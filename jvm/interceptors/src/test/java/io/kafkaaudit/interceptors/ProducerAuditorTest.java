@@ -269,4 +269,23 @@ class ProducerAuditorTest {
         assertEquals(2, sink.finals().size());
         assertEquals(0, a.openWindows());
     }
+
+    /** The acknowledgement finds this instance's stamp wherever it is, and nothing that is not its own. */
+    @Test
+    void sequenceOfReadsOnlyThisInstancesStamp() {
+        ProducerAuditor a = auditor(Map.of());
+        ProducerAuditor other = auditor(Map.of());
+        byte[] mine = a.onSend("orders", 10 * W);
+        byte[] theirs = other.onSend("orders", 10 * W);
+        Header trace = new RecordHeader("trace", new byte[] {1});
+        assertEquals(1, a.sequenceOf(new RecordHeaders(new Header[] {new RecordHeader(AuditStamp.KEY, mine)})));
+        assertEquals(1, a.sequenceOf(new RecordHeaders(new Header[] {trace, new RecordHeader(AuditStamp.KEY, mine)})));
+        assertEquals(-1, a.sequenceOf(new RecordHeaders(new Header[] {new RecordHeader(AuditStamp.KEY, theirs)})));
+        assertEquals(-1, a.sequenceOf(new RecordHeaders(new Header[] {trace})));
+        assertEquals(-1, a.sequenceOf(null));
+        byte[] bad = java.util.Arrays.copyOf(mine, mine.length);
+        bad[bad.length - 1] |= (byte) 0x80; // a continuation bit on the last byte
+        assertEquals(-1, a.sequenceOf(new RecordHeaders(new Header[] {new RecordHeader(AuditStamp.KEY, bad)})));
+        assertEquals(-1, a.sequenceOf(new RecordHeaders(new Header[] {new RecordHeader(AuditStamp.KEY, new byte[8])})));
+    }
 }
