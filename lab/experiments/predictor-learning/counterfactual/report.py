@@ -145,6 +145,12 @@ def report(lab: Path, per_stage_windows: int = 4) -> dict[str, Any]:
                 k: _row(p[m]) for k, p in preds.items()
             }
         mae = {k: _mae(p, truth) for k, p in preds.items()}
+        for other in registry.versions():  # every model retraining made, promoted or not, recomputed
+            directory = registry.version_dir(other)
+            if directory is not None and other != version:
+                mae[f"{other}_recomputed"] = _mae(
+                    Predictor.load(directory).predict(own)["p_loss"].to_numpy(), truth
+                )
         out["held_out"][run.name] = {
             "configuration": config,
             "windows": len(windows),
