@@ -10,6 +10,7 @@ inner producer (the new one shares the plugin's auditor), and nothing is lost or
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter, defaultdict
 
@@ -29,7 +30,7 @@ from kafka_plumbing.rdkafka_plugin import rdkafka_plugin
 from kafka_plumbing.topics import CONTROL_TOPIC_CONFIG, ensure_topic, read_to_end
 from tests.conftest import unique_name
 
-from .helpers import produce_through_changes
+from .helpers import produce_through_changes, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -69,14 +70,24 @@ def test_audited_producer_on_the_plugin_path_is_exact(
     ensure_topic(kconfig, audit_topic, 3)
     reports: list[KafkaError | None] = []
 
+    statistics: list[str] = []
+
     def on_delivery(err: KafkaError | None, msg: Message) -> None:
         reports.append(err)
+
+    def measured_rtt() -> bool:
+        return any(
+            b.get("rtt", {}).get("cnt", 0) > 0
+            for doc in statistics
+            for b in json.loads(doc).get("brokers", {}).values()
+        )
 
     config = {
         "bootstrap.servers": bootstrap,
         "client.id": "ap-plugin",
         "on_delivery": on_delivery,
         "statistics.interval.ms": 500,  # network statistics per window: the producer's stats_cb
+        "stats_cb": statistics.append,  # the application's own, called after the producer's
     }
     with AuditedProducer(config, _settings(audit_topic)) as producer:
         assert type(producer).__name__ == "PluginAuditedProducer"
@@ -87,6 +98,8 @@ def test_audited_producer_on_the_plugin_path_is_exact(
             if i % 1000 == 0:
                 producer.poll(0)
         assert producer.flush(30) == 0
+        # a statistics document with a round trip before the finals (10,000 messages can take < 500 ms)
+        wait_for(lambda: producer.poll(0.1) is not None and measured_rtt(), 20, "a round trip", 0.1)
     assert producer.last_sequence == N
     assert len(reports) == N and not any(reports), "the application's callback got every report"
     reading = producer.plugin_reading
