@@ -12,8 +12,8 @@ from typing import Any
 
 from audit_consumer.consumer import AuditConsumer
 from audit_consumer.settings import AuditConsumerSettings
-from audit_record import PRODUCER_TIER, cluster_tier
-from audit_record.control_record import encode_control
+from audit_record import PRODUCER_TIER, cluster_tier, now_ms
+from audit_record.control_record import ControlRecord, encode_control
 from audit_record.reader import read_audit_log
 
 CLUSTER = "test"
@@ -165,3 +165,18 @@ def produce_through_changes(
         producer.close()
     assert not failures, failures[0]
     return n
+
+
+def forced(group: str, version: int) -> ControlRecord:
+    """Version v: every controlled property changes (batch.num.messages = 100 + v names the version)."""
+    odd = version % 2 == 1
+    return ControlRecord(
+        group=group,
+        version=version,
+        acks="1" if odd else "all",
+        batch_num_messages=100 + version,
+        linger_ms=50.0 if odd else 1.0,
+        message_timeout_ms=60_000 if odd else 30_000,
+        reason="forced",
+        issued_at_ms=now_ms(),
+    )

@@ -28,7 +28,7 @@ from kafka_plumbing.topics import CONTROL_TOPIC_CONFIG, ensure_topic, read_to_en
 from spark_streaming.reconcile import compact, reconcile
 from tests.conftest import unique_name
 
-from .helpers import produce_through_changes, wait_for
+from .helpers import forced, produce_through_changes, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -57,21 +57,6 @@ def settings(
         autotune=True,
         group=group,
         control_topic=control_topic,
-    )
-
-
-def forced(group: str, version: int) -> ControlRecord:
-    """Version v: every controlled property changes (batch.num.messages = 100 + v names the version)."""
-    odd = version % 2 == 1
-    return ControlRecord(
-        group=group,
-        version=version,
-        acks="1" if odd else "all",
-        batch_num_messages=100 + version,
-        linger_ms=50.0 if odd else 1.0,
-        message_timeout_ms=60_000 if odd else 30_000,
-        reason="forced",
-        issued_at_ms=now_ms(),
     )
 
 

@@ -22,7 +22,6 @@ from audit_producer import AuditedProducer, ProducerAuditSettings
 from audit_producer.rdkafka_plugin_counts import PluginCounts, plugin_config
 from audit_producer.window_counts import ACKED, BYTES, FAILED, FAILED_BY, FIRST_SEQ, LAST_SEQ, SENT
 from audit_record import PRODUCER_TIER, now_ms
-from audit_record.control_record import ControlRecord
 from audit_record.reader import read_audit_log
 from audit_record.stamp import new_producer_id
 from audit_record.stamp import read as read_stamp
@@ -30,7 +29,7 @@ from kafka_plumbing.rdkafka_plugin import rdkafka_plugin
 from kafka_plumbing.topics import CONTROL_TOPIC_CONFIG, ensure_topic, read_to_end
 from tests.conftest import unique_name
 
-from .helpers import produce_through_changes, wait_for
+from .helpers import forced, produce_through_changes, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -169,21 +168,6 @@ def test_reader_mode_clients_of_one_id_share_one_sequence_and_one_count() -> Non
     assert reading.closed and reading.windows == [] and reading.unattributed == 0
 
 
-def _forced(group: str, version: int) -> ControlRecord:
-    """Version v: every controlled property changes (batch.num.messages = 100 + v names the version)."""
-    odd = version % 2 == 1
-    return ControlRecord(
-        group=group,
-        version=version,
-        acks="1" if odd else "all",
-        batch_num_messages=100 + version,
-        linger_ms=50.0 if odd else 1.0,
-        message_timeout_ms=60_000 if odd else 30_000,
-        reason="forced",
-        issued_at_ms=now_ms(),
-    )
-
-
 def test_live_reconfiguration_on_the_plugin_path_loses_and_doubles_nothing(
     request: pytest.FixtureRequest, kconfig: dict[str, str], topic: str, audit_topics: dict[str, str]
 ) -> None:
@@ -209,11 +193,11 @@ def test_live_reconfiguration_on_the_plugin_path_loses_and_doubles_nothing(
     )
     producer.check()
     writer = Producer(kconfig)
-    versions = [_forced(group, v) for v in range(1, CHANGES + 1)]
+    versions = [forced(group, v) for v in range(1, CHANGES + 1)]
     n = produce_through_changes(producer, topic, writer, control_topic, group, versions)
     assert producer.config_events["applied"] == CHANGES
     assert producer.config_events["rejected"] == producer.config_events["rolled_back"] == 0
-    assert producer.current_config == _forced(group, CHANGES).librdkafka_config()
+    assert producer.current_config == forced(group, CHANGES).librdkafka_config()
     assert producer.last_sequence == n
 
     by_seq, by_window = _in_topic(kconfig, topic, producer.producer_id)
