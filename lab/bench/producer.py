@@ -27,7 +27,9 @@ X, Y, Z rotates per round), and its ratio and added microseconds per message are
 cost per message of those two neighbours, so load from other processes, which drifts over seconds,
 shifts both sides of a ratio alike. Each cell is the median over ``--repeats`` rounds (at least 3).
 "CPU us/msg" is the process's CPU time (every thread: Python and librdkafka; the broker runs in its own
-JVM) per message, median.
+JVM) per message, median; in parentheses the calling thread's share (Python, ``produce()`` with the
+plugin's ``on_send``, the delivery reports, where librdkafka frees the messages). CPU time varies less
+with load from other processes than msgs/s; the load average at the start and the end is printed.
 
 ``--no-broker``: the per-call CPU time of the calling thread (``time.thread_time``) with no broker: each
 producer's bootstrap is unreachable and its queue large enough to hold every message, purged after the
@@ -276,28 +278,32 @@ def close(producer: Any, timeout_s: float) -> None:
 
 # ---------------------------------------------------------------------------------------------- runs
 def cpu_s() -> float:
-    """CPU time of this process so far (user + system, every thread), s."""
-    t = os.times()
-    return t.user + t.system
+    """CPU time of this process so far (user + system, every thread; CLOCK_PROCESS_CPUTIME_ID), s."""
+    return time.process_time()
 
 
 def run_broker(
     name: str, workload: str, conf: dict[str, Any], topic: str, n: int, audit_topic: str
-) -> tuple[float, float]:
-    """Messages/s and process CPU us per message of one producer over ``n`` messages (loop + flush)."""
+) -> tuple[float, float, float]:
+    """Messages/s, process CPU us per message and the calling thread's share of it, over ``n`` messages.
+
+    Loop + flush. The calling thread runs Python, ``produce()`` with the plugin's ``on_send`` and the
+    delivery reports (where librdkafka frees the messages); the rest is librdkafka's threads (the broker
+    thread: batches, ``on_acknowledgement``) and the plugin's own.
+    """
     producer = make_producer(name, {**conf, "linger.ms": 5}, audit_topic)
     producer.list_topics(topic, timeout=30)  # connected, metadata known: not part of the measurement
-    c0, t0 = cpu_s(), time.perf_counter()
+    c0, a0, t0 = cpu_s(), time.thread_time(), time.perf_counter()
     run_loop(name, workload, producer, topic, n)
     left = producer.flush(60)
-    elapsed, cpu = time.perf_counter() - t0, cpu_s() - c0
+    elapsed, cpu, app = time.perf_counter() - t0, cpu_s() - c0, time.thread_time() - a0
     close(producer, 30)
     if left:
         raise RuntimeError(f"{name}: {left} messages not delivered")
-    return n / elapsed, cpu / n * 1e6
+    return n / elapsed, cpu / n * 1e6, app / n * 1e6
 
 
-def run_offline(name: str, workload: str, n: int) -> tuple[float, float]:
+def run_offline(name: str, workload: str, n: int) -> tuple[float, float, float]:
     """CPU time of the calling thread per produce() call, ns, with no broker (messages purged after)."""
     producer = make_producer(name, dict(OFFLINE), "bench.audit.offline")
     t0 = time.thread_time_ns()
@@ -306,7 +312,12 @@ def run_offline(name: str, workload: str, n: int) -> tuple[float, float]:
     producer.purge()
     producer.poll(0)
     close(producer, 0)
-    return cpu / n, cpu / n / 1000
+    return cpu / n, cpu / n / 1000, cpu / n / 1000
+
+
+def load_now() -> str:
+    """The 1, 5 and 15-minute load averages, as ``uptime`` prints them."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 @contextlib.contextmanager
@@ -323,20 +334,21 @@ def quiet_stderr() -> Iterator[None]:
             os.close(saved)
 
 
-Run = tuple[float, float, float, float]  # value, CPU us/msg, the bare runs just before and just after
+Run = tuple[float, float, float, float, float]
+"""Value, CPU us/msg, the calling thread's CPU us/msg, the values of the bare runs just before and after."""
 
 
 def rounds(
     repeats: int,
     counts: dict[str, int],
-    run: Callable[[str, str, int], tuple[float, float]],
+    run: Callable[[str, str, int], tuple[float, float, float]],
     console: Console,
 ) -> dict[tuple[str, str], list[Run]]:
     """Run every (workload, producer) ``repeats`` times, each between two bare runs (B X B Y B Z B).
 
     The order of the others rotates per round. Returns, per (workload, producer), one entry per run: its
-    value, its CPU us/msg and the values of the bare runs right before and right after it (for the bare
-    producer: every bare run, with itself as both neighbours).
+    value, its CPU us/msg (all threads, then the calling thread's) and the values of the bare runs right
+    before and right after it (for the bare producer: every bare run, with itself as both neighbours).
     """
     results: dict[tuple[str, str], list[Run]] = {}
     others = selected[1:]
@@ -347,10 +359,10 @@ def rounds(
             before = run(workload, BARE, n)
             results.setdefault((workload, BARE), []).append((*before, before[0], before[0]))
             for name in order:
-                value, cpu = run(workload, name, n)
+                value, cpu, app = run(workload, name, n)
                 after = run(workload, BARE, n)
                 results.setdefault((workload, BARE), []).append((*after, after[0], after[0]))
-                results.setdefault((workload, name), []).append((value, cpu, before[0], after[0]))
+                results.setdefault((workload, name), []).append((value, cpu, app, before[0], after[0]))
                 before = after
     return results
 
@@ -375,21 +387,21 @@ def table(results: dict[tuple[str, str], list[Run]], counts: dict[str, int], off
     first = "CPU ns/msg" if offline else "msgs/s"
     cols = ["workload", "producer", "stamp B/msg", first, "runs", "ratio vs bare", "added us/msg", "target"]
     if not offline:
-        cols.insert(5, "CPU us/msg")
+        cols.insert(5, "CPU us/msg (app thread)")
     for col in cols:
         t.add_column(col, justify="left" if col in ("workload", "producer") else "right")
     for workload in counts:
         for name in selected:
             runs = results[(workload, name)]
-            values = [v for v, _, _, _ in runs]
+            values = [v for v, _, _, _, _ in runs]
             # The bare reference of a run: the mean cost per message of the bare runs around it.
             if offline:  # ns per call: the ratio is the throughput proxy bare / this
-                refs = [(a + b) / 2 for _, _, a, b in runs]
+                refs = [(a + b) / 2 for _, _, _, a, b in runs]
                 ratio = statistics.median(ref / v for v, ref in zip(values, refs, strict=True))
                 added_us = statistics.median((v - ref) / 1000 for v, ref in zip(values, refs, strict=True))
                 each = " ".join(f"{v:.0f}" for v in values)
             else:  # msgs/s
-                refs = [2 / (1 / a + 1 / b) for _, _, a, b in runs]
+                refs = [2 / (1 / a + 1 / b) for _, _, _, a, b in runs]
                 ratio = statistics.median(v / ref for v, ref in zip(values, refs, strict=True))
                 added_us = statistics.median(
                     (1 / v - 1 / ref) * 1e6 for v, ref in zip(values, refs, strict=True)
@@ -417,7 +429,9 @@ def table(results: dict[tuple[str, str], list[Run]], counts: dict[str, int], off
                 mark,
             ]
             if not offline:
-                row.insert(5, f"{statistics.median(c for _, c, _, _ in runs):.2f}")
+                cpu = statistics.median(c for _, c, _, _, _ in runs)
+                app = statistics.median(c for _, _, c, _, _ in runs)
+                row.insert(5, f"{cpu:.2f} ({app:.2f})")
             t.add_row(*row)
     return t
 
@@ -442,6 +456,7 @@ def main() -> None:
         ap.error("--repeats must be at least 3 (the median of fewer runs is too noisy to compare)")
     counts = {"100-byte": args.messages, "JSON web-log": args.json_messages}
     console = Console(width=160)
+    load_start = load_now()
     json_bytes = statistics.mean(len(json.dumps(r).encode()) for r in RECORDS)
     console.print(f"JSON web-log records: {len(RECORDS):,}, {json_bytes:.0f} bytes on average")
     if args.no_broker:
@@ -470,6 +485,7 @@ def main() -> None:
             finally:
                 cluster.stop()
     console.print(table(results, counts, args.no_broker))
+    console.print(f"load average at the start {load_start}, at the end {load_now()}")
 
 
 if __name__ == "__main__":

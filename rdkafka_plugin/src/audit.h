@@ -11,6 +11,7 @@
 #define AUDIT_VERSION "0.1.0"
 #define INITIAL_RING_SLOTS ((size_t)1 << 16)
 #define LATENCY_BUCKETS 256 /* LatencyHistogram.java's: 4 sub-buckets per power of two */
+#define ACK_WINDOW_CACHE 16 /* direct-mapped (topic, window) -> window entries of on_acknowledgement's fast path */
 
 /* kafka.audit.* settings (defaults: AuditSettings.java, audit_producer.settings). */
 struct audit_settings {
@@ -38,14 +39,23 @@ struct partition_counts {
 
 enum window_state { WINDOW_OPEN, WINDOW_FINAL_PENDING, WINDOW_DONE };
 
+#define CACHE_LINE 64
+
+/* One (topic, window) of counts, allocated CACHE_LINE-aligned (window_for). Three groups on their own cache
+ * lines, so the application's thread (on_send) and librdkafka's broker thread (on_acknowledgement) do not
+ * write into a cache line the other reads for every message: what both read (written when the window is
+ * created, reopened or closed), what on_send writes, what on_acknowledgement writes. */
 struct window {
     uint64_t wid;
     char *topic;
     long long start, end;
     uint16_t slot;
-    long long sent, acknowledged, failed, bytes, first_sequence, last_sequence;
-    int dirty, acks_changed;
     enum window_state state;
+    int check_sequence; /* on_acknowledgement places its records by their stamps' sequences (auditor.c) */
+    _Alignas(CACHE_LINE) long long sent, bytes, first_sequence, last_sequence;
+    int dirty;
+    _Alignas(CACHE_LINE) long long acknowledged, failed;
+    int acks_changed;
     int n_partitions; /* partitions[p + 1] for partition p (-1: failed before assignment) */
     struct partition_counts *partitions;
     long long latency[LATENCY_BUCKETS], latency_total, latency_max;
@@ -57,11 +67,11 @@ struct producer_report { /* ProducerConfig of the snapshots: the host client's s
     double linger_ms;
 };
 
+/* One audited producer instance, allocated CACHE_LINE-aligned (plugin.c's on_new); what on_send and
+ * on_acknowledgement write per message are on cache lines of their own (as struct window's groups). */
 struct auditor {
     const struct rk_api *api;
     struct audit_settings s;
-    pthread_mutex_t lock;     /* the send lock: on_send, the window table's additions, the thread's wait */
-    pthread_mutex_t ack_lock; /* on_acknowledgement; taken after `lock` when both are needed */
     pthread_cond_t wake;
     pthread_t thread;
     int thread_started, stop, closed;
@@ -72,13 +82,11 @@ struct auditor {
     struct producer_report report;
     int n_connection;
     char **connection_keys, **connection_values; /* the host's connection and security settings */
-    uint64_t last_sequence;
     uint16_t *ring;
     size_t ring_len;
     struct window **by_slot; /* slots 1..max_windows */
     struct window **retired; /* windows closed with an acknowledged final, kept for late records */
     int n_retired;
-    struct window *last;
     int open;
     uint64_t next_wid;
     long long next_snapshot_ms;
@@ -86,19 +94,40 @@ struct auditor {
     long long next_producer_attempt_ms;
     int refs;                        /* reader mode: the client instances sharing this auditor (by id) */
     struct auditor *next_registered; /* reader mode: the registry of auditors by id (reader.c) */
+    /* the acknowledgements' fast path (auditor.c): off once a message went out unstamped; windows created
+     * after one was removed with records in flight place their acknowledgements by sequence */
+    int unstamped;
+    unsigned long long removed_in_flight;
     /* never-in-the-way counters (logged; the JVM's InterceptorMetrics) */
-    unsigned long long windows_dropped, unattributed, snapshot_failures, snapshots_sent, internal_errors;
+    unsigned long long windows_dropped, snapshot_failures, snapshots_sent, internal_errors;
+    /* on_send's: the send lock (on_send, the window table's additions, the thread's wait) and what it writes */
+    _Alignas(CACHE_LINE) pthread_mutex_t lock;
+    uint64_t last_sequence;
+    struct window *last;
+    /* on_acknowledgement's: the acknowledgement lock (taken after `lock` when both are needed) and its own */
+    _Alignas(CACHE_LINE) pthread_mutex_t ack_lock;
+    struct window *ack_last;                      /* the previous acknowledgement's window (auditor.c) */
+    struct window *ack_windows[ACK_WINDOW_CACHE]; /* (topic, window start) -> window, direct-mapped */
+    unsigned long long unattributed;
 };
 
 long long now_ms(void);
+
+/* The start of the window of timestamp_ms (floor to a multiple of window_ms; one division). */
+static inline long long window_start(long long timestamp_ms, long long window_ms) {
+    long long r = timestamp_ms % window_ms;
+    return timestamp_ms - (r < 0 ? r + window_ms : r);
+}
+
+/* auditor.c: on_send's counting and stamp, the window table, the plugin's thread and snapshots */
 int audit_on_send(struct auditor *a, const char *topic, long long timestamp_ms, long long value_bytes,
                   unsigned char *stamp, size_t *stamp_len);
-void audit_on_ack(struct auditor *a, uint64_t sequence, int partition, rd_kafka_resp_err_t err, long long offset,
-                  long long timestamp_ms);
-uint64_t audit_sequence_of(const struct auditor *a, const unsigned char *value, size_t len);
 void *audit_thread(void *arg);
 void audit_free_windows(struct auditor *a);
 void audit_release_window(struct auditor *a, uint64_t wid);
+
+/* acknowledgements.c: on_acknowledgement's counting */
+void audit_on_ack(struct auditor *a, const rd_kafka_message_t *m);
 
 /* reader.c: auditors in reader mode (kafka.audit.emit=false), shared by the client instances of one id */
 struct auditor *registry_attach(const char *id_text); /* the open auditor of that id, its refs + 1; or NULL */

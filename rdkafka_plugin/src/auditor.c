@@ -1,26 +1,26 @@
 /* Counting and snapshots of one audited producer instance: the rules of the JVM interceptors'
  * ProducerAuditor.java and the Python AuditedProducer (docs/DESIGN.md, "librdkafka plugin").
  *
- * Per (topic, window of the message's CreateTime) it counts sent (on_send), acknowledged and failed (on
- * on_acknowledgement, per partition, with error names and the highest acknowledged offset), value bytes and
- * the acknowledgement latency. An acknowledgement finds its window through its stamp: the sequence indexes a
- * ring of window slots (2 bytes per message in flight; starts at 65536 and doubles up to
- * kafka.audit.inflight.slots while a send would overwrite a window not yet accounted for). As in the JVM's
+ * Per (topic, window of the message's CreateTime) it counts sent and value bytes (on_send, here),
+ * acknowledged and failed (on_acknowledgement, acknowledgements.c, per partition, with error names and the
+ * highest acknowledged offset) and the acknowledgement latency. on_send writes each message's window slot
+ * into a ring indexed by its sequence (2 bytes per message in flight; starts at 65536 and doubles up to
+ * kafka.audit.inflight.slots while a send would overwrite a window not yet accounted for), through which an
+ * acknowledgement finds its window when its key does not (acknowledgements.c). As in the JVM's
  * ProducerAuditor, on_send (application threads) holds the send lock and on_acknowledgement (librdkafka's
  * broker threads) the acknowledgement lock, each for a few field updates, so they never wait for each other;
  * what both read (the window table, the ring) changes under both locks (a new or dropped window, a ring
- * growth: rare). librdkafka hands a message from produce() to its broker thread through its queues' mutexes,
- * so the ring slot and the sequence on_send wrote are visible to that message's acknowledgement. The
- * plugin's thread takes both to encode the due snapshots, then sends them through its own producer without
- * them. Windows are capped (kafka.audit.max.windows; beyond, the oldest is dropped and counted). */
+ * growth: rare), and what each writes per message is on cache lines of its own (audit.h). librdkafka hands
+ * a message from produce() to its broker thread through its queues' mutexes, so the ring slot and the
+ * sequence on_send wrote are visible to that message's acknowledgement. The plugin's thread takes both to
+ * encode the due snapshots, then sends them through its own producer without them. Windows are capped
+ * (kafka.audit.max.windows; beyond, the oldest is dropped and counted). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "audit.h"
-
-
 
 long long now_ms(void) {
     struct timespec ts;
@@ -80,6 +80,13 @@ static void remove_window(struct auditor *a, struct window *w, int keep) {
         a->by_slot[w->slot] = NULL;
     if (a->last == w)
         a->last = NULL;
+    for (int i = 0; i < ACK_WINDOW_CACHE; i++)
+        if (a->ack_windows[i] == w)
+            a->ack_windows[i] = NULL;
+    if (a->ack_last == w)
+        a->ack_last = NULL;
+    if (w->acknowledged + w->failed < w->sent)
+        a->removed_in_flight++; /* its records' acknowledgements may still come */
     a->open--;
     if (keep && a->retired)
         retire(a, w);
@@ -108,7 +115,9 @@ void audit_release_window(struct auditor *a, uint64_t wid) {
     }
 }
 
-/* The window (topic, start), created (dropping the oldest at the cap) if needed; under the lock. */
+/* The window (topic, start), created (dropping the oldest at the cap) if needed; under both locks. A window
+ * created or reopened after a window was removed with records in flight places its acknowledgements by
+ * their stamps' sequences (audit_on_ack), as an acknowledgement of the removed window may have its key. */
 static struct window *window_for(struct auditor *a, const char *topic, long long start) {
     int free_slot = 0;
     struct window *oldest = NULL;
@@ -139,16 +148,20 @@ static struct window *window_for(struct auditor *a, const char *topic, long long
             r->slot = (uint16_t)free_slot;
             r->state = WINDOW_OPEN;
             r->dirty = 1;
+            r->check_sequence = a->removed_in_flight > 0;
             a->by_slot[free_slot] = r;
             a->open++;
             return r;
         }
     }
-    struct window *w = calloc(1, sizeof *w);
+    struct window *w = aligned_alloc(CACHE_LINE, sizeof *w);
+    if (w)
+        memset(w, 0, sizeof *w);
     if (!w || !(w->topic = strdup(topic))) {
         free(w);
         return NULL;
     }
+    w->check_sequence = a->removed_in_flight > 0;
     w->wid = ++a->next_wid;
     w->start = start;
     w->end = start + a->s.window_ms;
@@ -174,21 +187,20 @@ static void grow_ring(struct auditor *a, uint64_t seq) {
 
 int audit_on_send(struct auditor *a, const char *topic, long long timestamp_ms, long long value_bytes,
                   unsigned char *stamp, size_t *stamp_len) {
-    long long wms = a->s.window_ms;
-    long long start = timestamp_ms - ((timestamp_ms % wms) + wms) % wms;
     uint64_t seq;
     pthread_mutex_lock(&a->lock);
     if (a->closed) {
         pthread_mutex_unlock(&a->lock);
         return -1;
     }
-    struct window *w = a->last;
-    if (!w || w->start != start || w->state != WINDOW_OPEN || strcmp(w->topic, topic)) {
+    struct window *w = a->last; /* the previous message's window: its [start, end) holds the timestamp? */
+    if (!w || timestamp_ms < w->start || timestamp_ms >= w->end || w->state != WINDOW_OPEN || strcmp(w->topic, topic)) {
         pthread_mutex_lock(&a->ack_lock); /* the table may change */
-        w = window_for(a, topic, start);
+        w = window_for(a, topic, window_start(timestamp_ms, a->s.window_ms));
         pthread_mutex_unlock(&a->ack_lock);
         if (!w) {
             a->internal_errors++;
+            __atomic_store_n(&a->unstamped, 1, __ATOMIC_RELAXED);
             pthread_mutex_unlock(&a->lock);
             return -1;
         }
@@ -201,7 +213,8 @@ int audit_on_send(struct auditor *a, const char *topic, long long timestamp_ms, 
     if (w->first_sequence < 0)
         __atomic_store_n(&w->first_sequence, (long long)seq, __ATOMIC_RELAXED);
     __atomic_store_n(&w->last_sequence, (long long)seq, __ATOMIC_RELAXED);
-    w->dirty = 1;
+    if (!w->dirty)
+        w->dirty = 1;
     size_t i = seq & (a->ring_len - 1);
     uint16_t old = a->ring[i];
     if (old && a->ring_len < (size_t)a->s.inflight_slots) {
@@ -225,102 +238,6 @@ int audit_on_send(struct auditor *a, const char *topic, long long timestamp_ms, 
     stamp[n++] = (unsigned char)v;
     *stamp_len = n;
     return 0;
-}
-
-uint64_t audit_sequence_of(const struct auditor *a, const unsigned char *value, size_t len) {
-    if (len <= 8 || len > 17 || memcmp(value, a->id, 8))
-        return 0;
-    uint64_t seq = 0;
-    for (size_t i = 8; i < len; i++) {
-        int more = value[i] & 0x80;
-        if ((more != 0) != (i < len - 1))
-            return 0;
-        seq |= (uint64_t)(value[i] & 0x7f) << (7 * (i - 8));
-    }
-    return seq;
-}
-
-static struct partition_counts *partition_of(struct window *w, int p) {
-    int i = p + 1;
-    if (i < 0 || i > 1 << 20)
-        return NULL;
-    if (i >= w->n_partitions) {
-        int n = w->n_partitions ? w->n_partitions : 8;
-        while (n <= i)
-            n *= 2;
-        struct partition_counts *np = realloc(w->partitions, (size_t)n * sizeof *np);
-        if (!np)
-            return NULL;
-        memset(np + w->n_partitions, 0, (size_t)(n - w->n_partitions) * sizeof *np);
-        w->partitions = np;
-        w->n_partitions = n;
-    }
-    struct partition_counts *c = &w->partitions[i];
-    if (!c->present) {
-        c->present = 1;
-        c->last_offset = -1;
-    }
-    return c;
-}
-
-static int latency_bucket(long long ms) {
-    if (ms <= 0)
-        return 0;
-    int bits = 64 - __builtin_clzll((unsigned long long)ms);
-    return (int)(4LL * bits + (((unsigned long long)ms << 2) >> (bits - 1)) - 4);
-}
-
-void audit_on_ack(struct auditor *a, uint64_t seq, int partition, rd_kafka_resp_err_t err, long long offset,
-                  long long timestamp_ms) {
-    long long now = now_ms();
-    pthread_mutex_lock(&a->ack_lock);
-    struct window *w = NULL;
-    uint64_t last = __atomic_load_n(&a->last_sequence, __ATOMIC_ACQUIRE);
-    if (!a->closed && seq > 0 && seq <= last && seq + a->ring_len > last)
-        w = a->by_slot[__atomic_load_n(&a->ring[seq & (a->ring_len - 1)], __ATOMIC_RELAXED)];
-    if (!w || w->state == WINDOW_DONE || (long long)seq < __atomic_load_n(&w->first_sequence, __ATOMIC_RELAXED) ||
-        (long long)seq > __atomic_load_n(&w->last_sequence, __ATOMIC_RELAXED)) {
-        a->unattributed++;
-        pthread_mutex_unlock(&a->ack_lock);
-        return;
-    }
-    struct partition_counts *c = partition_of(w, partition);
-    if (!err) {
-        w->acknowledged++;
-        if (c) {
-            c->acknowledged++;
-            if (offset > c->last_offset)
-                c->last_offset = offset;
-        }
-        if (timestamp_ms > 0) {
-            long long lat = now - timestamp_ms;
-            w->latency[latency_bucket(lat)]++;
-            w->latency_total++;
-            if (lat > w->latency_max)
-                w->latency_max = lat;
-        }
-    } else {
-        w->failed++;
-        if (c) {
-            c->failed++;
-            int e = 0;
-            while (e < c->n_errors && c->errors[e].err != (int)err)
-                e++;
-            if (e == c->n_errors) {
-                struct error_count *ne = realloc(c->errors, (size_t)(e + 1) * sizeof *ne);
-                if (ne) {
-                    c->errors = ne;
-                    c->errors[e].err = (int)err;
-                    c->errors[e].n = 0;
-                    c->n_errors++;
-                }
-            }
-            if (e < c->n_errors)
-                c->errors[e].n++;
-        }
-    }
-    w->acks_changed = 1;
-    pthread_mutex_unlock(&a->ack_lock);
 }
 
 /* The audit producer's delivery report: a final acknowledged closes its window; a failure marks it to be

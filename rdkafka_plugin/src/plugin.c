@@ -338,7 +338,9 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, v
         api->interceptor_add_on_destroy(rk, IC_NAME, on_destroy, a);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
-    a = calloc(1, sizeof *a);
+    a = aligned_alloc(CACHE_LINE, sizeof *a); /* its per-thread groups on cache lines of their own */
+    if (a)
+        memset(a, 0, sizeof *a);
     if (!a || settings_copy(&a->s, s)) {
         snprintf(errstr, errstr_size, "kafka-audit plugin: out of memory");
         free(a);
@@ -411,30 +413,22 @@ static rd_kafka_resp_err_t on_send(rd_kafka_t *rk, rd_kafka_message_t *m, void *
     if (audit_on_send(a, api->topic_name(m->rkt), ts, (long long)m->len, stamp, &len))
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     rd_kafka_headers_t *h = NULL;
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR__FAIL;
     if (api->message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR && h) {
         api->header_remove(h, "~a"); /* an upstream stamp copied along: this instance's is the message's */
-        api->header_add(h, "~a", 2, stamp, (ssize_t)len);
+        err = api->header_add(h, "~a", 2, stamp, (ssize_t)len);
     } else if ((h = api->headers_new(1))) {
-        api->header_add(h, "~a", 2, stamp, (ssize_t)len);
+        err = api->header_add(h, "~a", 2, stamp, (ssize_t)len);
         api->message_set_headers(m, h);
     }
+    if (err) /* counted as sent but not stamped: its acknowledgement is placed by sequence (auditor.c) */
+        __atomic_store_n(&a->unstamped, 1, __ATOMIC_RELAXED);
     return RD_KAFKA_RESP_ERR_NO_ERROR;
 }
 
 static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *ic_opaque) {
     (void)rk;
-    struct auditor *a = ic_opaque;
-    const struct rk_api *api = a->api;
-    rd_kafka_headers_t *h = NULL;
-    const void *v = NULL;
-    size_t len = 0;
-    uint64_t seq = 0;
-    if (api->message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR && h &&
-        api->header_get_last(h, "~a", &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR && v)
-        seq = audit_sequence_of(a, v, len);
-    rd_kafka_timestamp_type_t tstype;
-    long long ts = api->message_timestamp(m, &tstype);
-    audit_on_ack(a, seq, m->partition, m->err, m->err ? -1 : m->offset, ts);
+    audit_on_ack(ic_opaque, m);
     return RD_KAFKA_RESP_ERR_NO_ERROR;
 }
 
