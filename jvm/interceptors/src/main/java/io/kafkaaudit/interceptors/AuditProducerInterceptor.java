@@ -64,6 +64,7 @@ public class AuditProducerInterceptor<K, V> implements ProducerInterceptor<K, V>
         metrics.register("AuditProducerInterceptor", clientId);
         writer.open();
         auditor.warmUp();
+        JitWarmUp.producerCounting(settings, ProducerSettingsReport.of(configs), metrics);
         timer = Executors.newSingleThreadScheduledExecutor(r -> {
             Thread t = new Thread(r, "kafka-audit-producer-" + clientId);
             t.setDaemon(true);
@@ -94,19 +95,29 @@ public class AuditProducerInterceptor<K, V> implements ProducerInterceptor<K, V>
             return record;
         }
         try {
-            Long ts = record.timestamp();
-            long timestamp = ts != null ? ts : System.currentTimeMillis();
-            byte[] stamp = a.onSend(record.topic(), timestamp);
-            Header[] old = record.headers().toArray();
-            Header[] all = new Header[old.length + 1];
-            all[0] = new RecordHeader(AuditStamp.KEY, stamp);
-            System.arraycopy(old, 0, all, 1, old.length);
-            return new ProducerRecord<>(record.topic(), record.partition(), timestamp, record.key(), record.value(),
-                    new RecordHeaders(all));
+            return stamped(a, record);
         } catch (RuntimeException | Error e) {
             metrics.internalError("onSend", e);
             return record;
         }
+    }
+
+    /**
+     * Count {@code record} as sent and return its copy with the stamp as the first header and its CreateTime set
+     * (the record's timestamp, else now).
+     *
+     * @throws RuntimeException whatever the record's own headers throw (the caller counts it)
+     */
+    static <K, V> ProducerRecord<K, V> stamped(ProducerAuditor a, ProducerRecord<K, V> record) {
+        Long ts = record.timestamp();
+        long timestamp = ts != null ? ts : System.currentTimeMillis();
+        byte[] stamp = a.onSend(record.topic(), timestamp);
+        Header[] old = record.headers().toArray();
+        Header[] all = new Header[old.length + 1];
+        all[0] = new RecordHeader(AuditStamp.KEY, stamp);
+        System.arraycopy(old, 0, all, 1, old.length);
+        return new ProducerRecord<>(record.topic(), record.partition(), timestamp, record.key(), record.value(),
+                new RecordHeaders(all));
     }
 
     /**

@@ -70,8 +70,9 @@ final class ConsumerAuditor {
     private final List<DeadLetter> deadLetters = new ArrayList<>();
     /** {@link StampHeader#readFirstV2}'s (producer id bits, sequence) of the record being counted; under the lock. */
     private final long[] stampRead = new long[2];
+    /** The last record's producer id and its text; starts as id 0's (a valid id), so the check has one branch. */
     private long lastId;
-    private String lastIdText;
+    private String lastIdText = AuditStamp.idText(0L);
 
     ConsumerAuditor(AuditSettings settings, String group, ProducerAuditor.Sink sink, StateTopicReader.Source stateSource,
             LongSupplier clock, InterceptorMetrics metrics) {
@@ -147,7 +148,7 @@ final class ConsumerAuditor {
 
     /** @return the text form of a v2 producer id (its 8 bytes as a big-endian long), cached */
     private String v2Id(long id) {
-        if (lastIdText != null && id == lastId) {
+        if (id == lastId) {
             return lastIdText; // consecutive records mostly come from one producer
         }
         String text = v2Ids.get(id);

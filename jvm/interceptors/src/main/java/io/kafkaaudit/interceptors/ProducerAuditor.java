@@ -88,6 +88,12 @@ final class ProducerAuditor {
 
     ProducerAuditor(AuditSettings settings, ProducerIdentity identity, ProducerSettingsReport config, Sink sink,
             LongSupplier clock, InterceptorMetrics metrics) {
+        this(settings, identity, config, sink, clock, metrics, INITIAL_RING);
+    }
+
+    /** As above, with the sequence ring starting at {@code initialRing} slots (a power of two; the JIT warm-up). */
+    ProducerAuditor(AuditSettings settings, ProducerIdentity identity, ProducerSettingsReport config, Sink sink,
+            LongSupplier clock, InterceptorMetrics metrics, int initialRing) {
         this.settings = settings;
         this.identity = identity;
         this.config = config;
@@ -98,7 +104,7 @@ final class ProducerAuditor {
         for (int s = 1; s <= settings.maxWindows(); s++) {
             freeSlots.add((short) s);
         }
-        this.ring = new short[Math.min(INITIAL_RING, settings.inflightSlots())];
+        this.ring = new short[Math.min(initialRing, settings.inflightSlots())];
         this.nextSnapshotMs = clock.getAsLong() + settings.snapshotIntervalMs();
     }
 
