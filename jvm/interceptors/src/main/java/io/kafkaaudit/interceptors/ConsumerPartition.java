@@ -155,6 +155,10 @@ final class ConsumerPartition {
     private String lastPid;
     private long lastLo;
     private long lastHi;
+    /** The last record's freshness entry and its range (lo, hi], ms; empty at first. */
+    private int freshEntry;
+    private long freshLo = 0;
+    private long freshHi = -1;
 
     ConsumerPartition(String topic, int partition, long windowMs, long graceMs) {
         this.topic = topic;
@@ -212,7 +216,12 @@ final class ConsumerPartition {
         b.bytes += size;
         b.latency.add(latencyMs);
         if (b.freshness != null) {
-            b.freshness[FreshnessHistogram.bucketOf(latencyMs)]++;
+            if (latencyMs <= freshLo || latencyMs > freshHi) { // consecutive records are mostly as fresh
+                freshEntry = FreshnessHistogram.bucketOf(latencyMs);
+                freshLo = FreshnessHistogram.lowerExclusive(freshEntry);
+                freshHi = FreshnessHistogram.upperInclusive(freshEntry);
+            }
+            b.freshness[freshEntry]++;
         }
         b.dirty = true;
         if (pid != null && !b.add(seq)) {

@@ -29,4 +29,14 @@ final class FreshnessHistogram {
         }
         return BOUNDS_MS.length;
     }
+
+    /** @return the largest freshness, ms, that is not in entry {@code i} below it ({@link Long#MIN_VALUE} for 0) */
+    static long lowerExclusive(int i) {
+        return i == 0 ? Long.MIN_VALUE : BOUNDS_MS[i - 1];
+    }
+
+    /** @return the largest freshness, ms, in entry {@code i} ({@link Long#MAX_VALUE} for the last) */
+    static long upperInclusive(int i) {
+        return i == BOUNDS_MS.length ? Long.MAX_VALUE : BOUNDS_MS[i];
+    }
 }

@@ -31,4 +31,39 @@ class FreshnessHistogramTest {
         assertEquals(14, FreshnessHistogram.bucketOf(3_600_000));
         assertEquals(15, FreshnessHistogram.bucketOf(3_600_001));
     }
+
+    @Test
+    void everyEntryIsItsRange() {
+        for (int i = 0; i < FreshnessHistogram.N_COUNTS; i++) {
+            long lo = FreshnessHistogram.lowerExclusive(i);
+            long hi = FreshnessHistogram.upperInclusive(i);
+            assertEquals(i, FreshnessHistogram.bucketOf(hi));
+            if (lo != Long.MIN_VALUE) {
+                assertEquals(i, FreshnessHistogram.bucketOf(lo + 1));
+                assertEquals(i - 1, FreshnessHistogram.bucketOf(lo));
+            }
+        }
+    }
+
+    /** What a partition counts (it caches the last record's entry) is what {@link FreshnessHistogram#bucketOf} says. */
+    @Test
+    void aPartitionCountsEveryRecordInItsEntry() {
+        java.util.Random random = new java.util.Random(38);
+        ConsumerPartition p = new ConsumerPartition("t", 0, Long.MAX_VALUE / 4, 0);
+        long[] expected = new long[FreshnessHistogram.N_COUNTS];
+        long latency = 0;
+        for (int i = 0; i < 50_000; i++) {
+            if (random.nextInt(20) == 0) { // runs of similar freshness, jumps next to a bound or anywhere
+                long[] b = FreshnessHistogram.BOUNDS_MS;
+                latency = random.nextInt(4) == 0 ? random.nextLong(-1_000, 5_000_000)
+                        : b[random.nextInt(b.length)] + random.nextInt(-3, 4);
+            } else {
+                latency += random.nextInt(-2, 3);
+            }
+            p.observe(1_000_000, "00000000000000aa", i + 1, 100, latency);
+            expected[FreshnessHistogram.bucketOf(latency)]++;
+        }
+        assertEquals(1, p.open.size());
+        assertArrayEquals(expected, p.open.values().iterator().next().freshness);
+    }
 }
