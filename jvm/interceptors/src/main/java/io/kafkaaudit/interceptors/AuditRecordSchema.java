@@ -7,6 +7,8 @@ import java.io.UncheckedIOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.util.Arrays;
+import java.util.HashMap;
+import java.util.Map;
 import org.apache.avro.Schema;
 import org.apache.avro.SchemaNormalization;
 import org.apache.avro.generic.GenericDatumReader;
@@ -43,9 +45,12 @@ public final class AuditRecordSchema {
     private final byte[] header;
     private final byte[] headerLegacyOrder;
     private final GenericDatumWriter<GenericRecord> writer;
+    /** Named record types by full name, found once: snapshots ask for them several times each. */
+    private final Map<String, Schema> types = new HashMap<>();
 
     AuditRecordSchema(Schema schema) {
         this.schema = schema;
+        collect(schema, types);
         long fp = SchemaNormalization.parsingFingerprint64(schema);
         this.header = header(fp, WRITTEN_FINGERPRINT_ORDER);
         this.headerLegacyOrder = header(fp, ByteOrder.BIG_ENDIAN);
@@ -79,36 +84,32 @@ public final class AuditRecordSchema {
 
     /** @return the schema of a named record type of the audit record (e.g. {@code PartitionDelivery}), or null */
     public Schema type(String simpleName) {
-        return find(schema, "io.kafkaaudit." + simpleName);
+        return types.get("io.kafkaaudit." + simpleName);
     }
 
-    private static Schema find(Schema s, String fullName) {
+    /** Put every record type reachable from {@code s} into {@code out} by full name (the first of a name wins). */
+    private static void collect(Schema s, Map<String, Schema> out) {
         switch (s.getType()) {
             case RECORD:
-                if (s.getFullName().equals(fullName)) {
-                    return s;
-                }
-                for (Schema.Field f : s.getFields()) {
-                    Schema found = find(f.schema(), fullName);
-                    if (found != null) {
-                        return found;
+                if (out.putIfAbsent(s.getFullName(), s) == null) {
+                    for (Schema.Field f : s.getFields()) {
+                        collect(f.schema(), out);
                     }
                 }
-                return null;
+                break;
             case UNION:
                 for (Schema b : s.getTypes()) {
-                    Schema found = find(b, fullName);
-                    if (found != null) {
-                        return found;
-                    }
+                    collect(b, out);
                 }
-                return null;
+                break;
             case ARRAY:
-                return find(s.getElementType(), fullName);
+                collect(s.getElementType(), out);
+                break;
             case MAP:
-                return find(s.getValueType(), fullName);
+                collect(s.getValueType(), out);
+                break;
             default:
-                return null;
+                break;
         }
     }
 

@@ -30,6 +30,18 @@ class AuditRecordSchemaTest {
     }
 
     @Test
+    void namedTypesAreFoundAtAnyDepth() {
+        AuditRecordSchema s = AuditRecordSchema.get();
+        for (String name : new String[] {"PartitionDelivery", "ReadOffset", "NetworkStats", "ProducerIdentity",
+                "ProducerConfig"}) {
+            org.apache.avro.Schema t = s.type(name);
+            assertNotNull(t, name);
+            assertEquals("io.kafkaaudit." + name, t.getFullName());
+        }
+        org.junit.jupiter.api.Assertions.assertNull(s.type("NoSuchType"));
+    }
+
+    @Test
     void latencyBucketsMatchPython() {
         // audit_consumer/latency.py gives the same buckets, lower bounds and percentiles
         assertEquals(0, LatencyHistogram.bucketOf(0));
