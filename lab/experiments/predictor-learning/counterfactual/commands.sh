@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Issue 39 acceptance (a): one registry, retraining on, trained on one stream's configuration only (the
 # weblog default, two runs), then the social and game default configurations on the same stages, served
-# by the registry's champion (retraining off: their windows go to stores of their own). Root; about 18
-# minutes on the 2-core host. Then: report.py $L > results.txt
+# by the registry's champion (retraining off: their windows go to stores of their own). Root; 18-25
+# minutes on the 2-core host. SC: the scenario (default bursts3.yaml; bernoulli4.yaml, bernoulli4-heavy.yaml).
+# Then: report.py $L WINDOWS_PER_STAGE (results.json holds its output per scenario); archive.sh $L NAME
 cd "$(dirname "$0")/../../../.." || exit 1
 export L=${L:-var/cf39}
-SC=lab/experiments/predictor-learning/counterfactual/bursts3.yaml
+SC=${SC:-lab/experiments/predictor-learning/counterfactual/bursts3.yaml}
 KA=${KAFKA_AUDIT:-.venv/bin/kafka-audit}
 mkdir -p "$L"
 for i in 1 2; do

@@ -1,7 +1,8 @@
 """Issue 39 acceptance (a): the promoted model on the other streams' default configurations, same stages.
 
 Usage: ``report.py L [WINDOWS_PER_STAGE]`` (``L``: the directory ``commands.sh`` filled,
-``results/train-N``, ``results/holdout-V``, ``models``, ``training``; 4 windows per 40-s stage).
+``results/train-N``, ``results/holdout-V``, ``models``, ``training``; windows per stage: 4 for
+``bursts3.yaml``'s 40-s stages, 6 for ``bernoulli4.yaml``'s 60-s ones).
 Prints JSON: per held-out configuration, over its run's windows, MAE(P_l) against the verifier's R_l of
 
 * ``champion_served``: the registry's champion as the job predicted each window (its own measured L, D,
@@ -13,6 +14,9 @@ Prints JSON: per held-out configuration, over its run's windows, MAE(P_l) agains
 * ``shipped``: the shipped model on the held-out run's own features;
 * ``constant``: the training windows' median R_l (the gate's constant; issue 39's "constant median
   R_l"), and the mean R_l for reference;
+* ``stage_oracle``: each window predicted by the median R_l of its stage's windows in the same run (it
+  reads the labels: no model can know more of a stage from its network measurements, so its MAE is the
+  window-to-window noise within a stage the bar has to be above);
 
 per stage as well, plus the registry's decisions. The acceptance: each held-out configuration's
 ``champion_served`` MAE <= 0.08 and below ``constant``.
@@ -138,6 +142,11 @@ def report(lab: Path, per_stage_windows: int = 4) -> dict[str, Any]:
             "constant": np.full(len(windows), median),
         }
         stage = _stage_of(windows, stages, per_stage_windows)
+        oracle = np.full(len(windows), np.nan)
+        for name in dict.fromkeys(stage):
+            m = np.array([s == name for s in stage])
+            oracle[m] = float(np.median(truth[m]))
+        preds["stage_oracle"] = oracle
         per_stage = {}
         for name in dict.fromkeys(stage):
             m = np.array([s == name for s in stage])
