@@ -59,12 +59,13 @@ public class AuditProducerInterceptor<K, V> implements ProducerInterceptor<K, V>
         writer = new AuditTopicWriter(configs, settings, clientId + ".kafka-audit", metrics);
         ProducerAuditor.Sink sink = writer; // the audit topic writer is the auditor's sink
         long now = System.currentTimeMillis();
-        auditor = new ProducerAuditor(settings, ProducerIdentity.of(clientId, now), ProducerSettingsReport.of(configs),
-                sink, System::currentTimeMillis, metrics);
+        ProducerSettingsReport report = ProducerSettingsReport.of(configs);
+        auditor = new ProducerAuditor(settings, ProducerIdentity.of(clientId, now), report, sink,
+                System::currentTimeMillis, metrics);
         metrics.register("AuditProducerInterceptor", clientId);
         writer.open();
         auditor.warmUp();
-        JitWarmUp.producerCounting(settings, ProducerSettingsReport.of(configs), metrics);
+        JitWarmUp.producerCounting(settings, report, metrics);
         timer = Executors.newSingleThreadScheduledExecutor(r -> {
             Thread t = new Thread(r, "kafka-audit-producer-" + clientId);
             t.setDaemon(true);

@@ -125,6 +125,12 @@ public record AuditSettings(
         return n;
     }
 
+    /** @return these settings with the producer's sequence ring at most {@code slots} (a power of two) */
+    AuditSettings withInflightSlots(int slots) {
+        return new AuditSettings(auditTopic, dlqTopic, stateTopic, windowMs, snapshotIntervalMs, graceMs,
+                deliveryMarginMs, maxWindows, slots, enabled, producerOverrides);
+    }
+
     private static boolean bool(Map<String, ?> configs, String key, boolean dflt) {
         Object v = configs.get(PREFIX + key);
         if (v == null) {

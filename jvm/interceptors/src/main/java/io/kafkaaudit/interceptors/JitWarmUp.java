@@ -146,10 +146,7 @@ final class JitWarmUp {
         InterceptorMetrics own = new InterceptorMetrics();
         try {
             long[] clock = {System.currentTimeMillis()};
-            AuditSettings small = new AuditSettings(settings.auditTopic(), settings.dlqTopic(), settings.stateTopic(),
-                    settings.windowMs(), settings.snapshotIntervalMs(), settings.graceMs(), settings.deliveryMarginMs(),
-                    settings.maxWindows(), Math.min(PRODUCER_RING_MAX, settings.inflightSlots()), true,
-                    settings.producerOverrides());
+            AuditSettings small = settings.withInflightSlots(Math.min(PRODUCER_RING_MAX, settings.inflightSlots()));
             ProducerAuditor a = new ProducerAuditor(small, ProducerIdentity.of("kafka-audit.warm-up", clock[0]), config,
                     new NoSink(), () -> clock[0], own, PRODUCER_RING);
             String topic = "kafka-audit.warm-up";
