@@ -87,6 +87,15 @@ class FinalTimes:
         with self.lock:
             return all((topic, w) in self.rows for w in windows)
 
+    def waiting(self, topic: str, windows: set[int]) -> dict[int, Any]:
+        """Window start -> what its newest provisional result waits for, for windows not final yet."""
+        with self.lock:
+            return {
+                w: [(r["final_rule"], r["waiting_for"]) for r in self.provisional.get((topic, w), [])[-1:]]
+                for w in sorted(windows)
+                if (topic, w) not in self.rows
+            }
+
 
 def _job(
     bootstrap: str, audit_topics: dict[str, str], tmp: Path, times: FinalTimes, **kw: Any
@@ -174,15 +183,24 @@ def _window_start_soon(min_left_ms: int) -> int:
     return now - now % WINDOW_MS
 
 
-def _produce_for(producer: AuditedProducer, topic: str, seconds: float, rate: float) -> None:
+def _produce_for(producer: AuditedProducer, topic: str, seconds: float, rate: float) -> set[int]:
+    """Produce about ``rate`` messages/s for ``seconds``; return the windows (start, ms) of their CreateTimes.
+
+    The CreateTime is given explicitly, so the windows are the messages' own, never a guess from the clock
+    after the loop (on a loaded host the last sleep can end in a window that holds no message).
+    """
     interval = 1 / rate
     stop = time.monotonic() + seconds
     i = 0
+    windows: set[int] = set()
     while time.monotonic() < stop:
-        producer.produce(topic, f"m{i}".encode())
+        now_ms = int(time.time() * 1000)
+        producer.produce(topic, f"m{i}".encode(), timestamp=now_ms)
+        windows.add(now_ms - now_ms % WINDOW_MS)
         i += 1
         producer.poll(0)
         time.sleep(interval)
+    return windows
 
 
 def test_healthy_windows_are_final_within_two_triggers_after_end_plus_watermark_delay(
@@ -204,9 +222,16 @@ def test_healthy_windows_are_final_within_two_triggers_after_end_plus_watermark_
         assert producer.reliability.message_timeout_ms == 300_000
         try:
             start = _window_start_soon(4_000)
-            _produce_for(producer, topic, 3 * WINDOW_MS / 1000, rate=200)
-            windows = {w for w in range(start, int(time.time() * 1000), WINDOW_MS)}
-            _until(job, [producer], lambda: times.final(topic, windows), 90, "every window final by proof")
+            windows = _produce_for(producer, topic, 3 * WINDOW_MS / 1000, rate=200)
+            assert min(windows) == start
+            _until(
+                job,
+                [producer],
+                lambda: times.final(topic, windows),
+                90,
+                "every window final by proof",
+                lambda: f"newest provisional (rule, waiting for): {times.waiting(topic, windows)}",
+            )
         finally:
             producer.close()
     truth = _truth(kconfig, topic, audit_topics["audit_topic"])
@@ -363,7 +388,14 @@ def test_a_producer_killed_mid_window_waits_for_the_timeout_rule_and_is_exact(
             child.send_signal(signal.SIGKILL)  # mid-window: no delivery report, no snapshot after this
             child.wait(10)
             _produce_for(survivor, topic, (killed + WINDOW_MS) / 1000 - time.time(), rate=100)
-            _until(job, [survivor], lambda: times.final(topic, {before, killed}), 120, "both windows final")
+            _until(
+                job,
+                [survivor],
+                lambda: times.final(topic, {before, killed}),
+                120,
+                "both windows final",
+                lambda: f"newest provisional (rule, waiting for): {times.waiting(topic, {before, killed})}",
+            )
         finally:
             if child.poll() is None:
                 child.kill()
@@ -387,9 +419,17 @@ def test_a_producer_killed_mid_window_waits_for_the_timeout_rule_and_is_exact(
 
 
 def _until(
-    job: ReconciliationJob, producers: list[AuditedProducer], done: Any, timeout_s: float, what: str
+    job: ReconciliationJob,
+    producers: list[AuditedProducer],
+    done: Any,
+    timeout_s: float,
+    what: str,
+    explain: Any = None,
 ) -> None:
-    """Wait for ``done()``, polling the producers meanwhile (as an application does); fail on a job error."""
+    """Wait for ``done()``, polling the producers meanwhile (as an application does); fail on a job error.
+
+    ``explain()``, if given, is added to the timeout's message (what the windows still wait for).
+    """
 
     def check() -> bool:
         for p in producers:
@@ -398,4 +438,9 @@ def _until(
             raise AssertionError(f"the Spark query failed: {job.exception()}")
         return bool(done())
 
-    wait_for(check, timeout_s, what, 0.1)
+    try:
+        wait_for(check, timeout_s, what, 0.1)
+    except AssertionError as exc:
+        if explain is None:
+            raise
+        raise AssertionError(f"{exc}; {explain()}") from exc

@@ -21,6 +21,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from confluent_kafka import ConsumerGroupState, KafkaException
+from confluent_kafka.admin import AdminClient
 
 from audit_consumer import counts
 from audit_consumer.ground_truth import verify_topic
@@ -71,23 +73,65 @@ def _perf_producer(bootstrap: str, topic: str, n: int, audit_topic: str) -> None
     assert produced.returncode == 0, produced.stderr[-3000:]
 
 
+def _start_perf_consumer(
+    bootstrap: str, topic: str, n: int, group: str, props: Path, timeout_ms: int = 60_000
+) -> subprocess.Popen[str]:
+    """Start kafka-consumer-perf-test: up to ``n`` records in group ``group`` (settings file ``props``).
+
+    It stops after ``n`` records or ``timeout_ms`` without any (counted from its start).
+    """
+    return subprocess.Popen(
+        [
+            java_executable(), "-Xmx512m", "-cp", f"{classpath('kafka')}:{interceptor_jar()}",
+            "org.apache.kafka.tools.ConsumerPerformance",
+            "--bootstrap-server", bootstrap,
+            "--topic", topic,
+            "--num-records", str(n),
+            "--group", group,
+            "--command-config", str(props),
+            "--timeout", str(timeout_ms),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+
+def _finish(consumer: subprocess.Popen[str], timeout_s: float = 180.0) -> str:
+    """Wait for a perf consumer to exit; return its stdout; fail with its stderr if it failed."""
+    try:
+        out, err = consumer.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        consumer.kill()
+        out, err = consumer.communicate()
+    assert consumer.returncode == 0, err[-3000:]
+    return out
+
+
 def _perf_consumer(
     bootstrap: str, topic: str, n: int, group: str, props: Path, timeout_ms: int = 60_000
 ) -> None:
-    """kafka-consumer-perf-test: up to ``n`` records in group ``group`` (settings file ``props``).
+    """kafka-consumer-perf-test to its end (:func:`_start_perf_consumer`)."""
+    _finish(_start_perf_consumer(bootstrap, topic, n, group, props, timeout_ms))
 
-    It stops after ``n`` records or ``timeout_ms`` without any.
-    """
-    consumed = _java(
-        "org.apache.kafka.tools.ConsumerPerformance",
-        "--bootstrap-server", bootstrap,
-        "--topic", topic,
-        "--num-records", str(n),
-        "--group", group,
-        "--command-config", str(props),
-        "--timeout", str(timeout_ms),
-    )  # fmt: skip
-    assert consumed.returncode == 0, consumed.stderr[-3000:]
+
+def _group_reads(kconfig: dict[str, str], group: str, topic: str) -> bool:
+    """Whether consumer group ``group`` is stable with every partition of ``topic`` assigned."""
+    admin = AdminClient(kconfig)
+    [description] = admin.describe_consumer_groups([group]).values()
+    try:
+        d = description.result(timeout=10)
+    except KafkaException:
+        return False
+    assigned = {
+        tp.partition
+        for m in d.members
+        if m.assignment
+        for tp in m.assignment.topic_partitions
+        if tp.topic == topic
+    }
+    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    return d.state == ConsumerGroupState.STABLE and assigned == set(partitions)
 
 
 def test_perf_tools_audited_by_configuration_alone(
@@ -210,8 +254,19 @@ def test_java_tiers_reconcile_exactly_in_the_spark_job(
     job.start()
     try:
         with running_consumer(consumer_settings(bootstrap, [topic], audit_topics, window_ms=WINDOW_MS)):
-            _perf_producer(bootstrap, topic, n, audit_topic)
-            _perf_consumer(bootstrap, topic, n, group, props)
+            # the group reads before the producer starts, so the tier reports the window before its proof
+            # holds (a consumer tier that has reported nothing by then is not waited for: late, by design)
+            consumer = _start_perf_consumer(bootstrap, topic, n, group, props, timeout_ms=180_000)
+            try:
+                wait_for(
+                    lambda: _group_reads(kconfig, group, topic), 120, "the perf consumer's group assigned"
+                )
+                _perf_producer(bootstrap, topic, n, audit_topic)
+            except BaseException:
+                consumer.kill()
+                consumer.communicate()
+                raise
+            _finish(consumer)
             truth = verify_topic(kconfig, topic, WINDOW_MS, audit_topic=audit_topic, timeout_s=120)
             windows = {start for start, _ in truth.rows}
 
