@@ -104,6 +104,30 @@ def all_windows_final(config: dict[str, str], topic: str, audit_topic: str) -> b
     return bool(produced) and produced <= final and not open_ and producers_final
 
 
+def windows_state(config: dict[str, str], topic: str, audit_topic: str) -> dict[int, list[tuple[Any, ...]]]:
+    """Window start -> the newest snapshots of ``topic`` (tier, final, sent, acknowledged, failed, unique)."""
+    log = read_audit_log(config, audit_topic)
+    state: dict[int, list[tuple[Any, ...]]] = {}
+    for tier in (PRODUCER_TIER, cluster_tier(CLUSTER)):
+        for r in log.tier(tier):
+            if r.topic == topic:
+                state.setdefault(r.window_start_ms, []).append(
+                    (tier, r.final, r.sent, r.acknowledged, r.failed, r.unique)
+                )
+    return dict(sorted(state.items()))
+
+
+def wait_for_final_windows(config: dict[str, str], topic: str, audit_topic: str, timeout_s: float) -> None:
+    """Wait for :func:`all_windows_final`; a timeout says what each window's snapshots hold."""
+    try:
+        wait_for(lambda: all_windows_final(config, topic, audit_topic), timeout_s, "final windows")
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}; (tier, final, sent, acknowledged, failed, unique) per window: "
+            f"{windows_state(config, topic, audit_topic)}"
+        ) from exc
+
+
 def produce_through_changes(
     producer: Any,
     topic: str,

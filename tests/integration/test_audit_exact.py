@@ -14,7 +14,7 @@ from audit_record import cluster_tier, stamp
 from audit_record.reader import read_audit_log
 from kafka_audit.verification_report import cluster_counts, compare_with_cluster
 
-from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
+from .helpers import CLUSTER, consumer_settings, running_consumer, wait_for_final_windows
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +53,7 @@ def test_200k_messages_three_producers_counts_equal_verifier(kconfig, bootstrap,
         for th in threads:
             th.join()
         assert sorted(r.produced for r in results) == sorted(per_producer)
-        wait_for(lambda: all_windows_final(kconfig, topic, audit_topics["audit_topic"]), 120, "final windows")
+        wait_for_final_windows(kconfig, topic, audit_topics["audit_topic"], 120)
     v = verify_topic(kconfig, topic, 5_000, audit_topic=audit_topics["audit_topic"])
     assert sum(r.unique for r in v.rows.values()) == 200_000
     assert sum(r.sent for r in v.rows.values()) == 200_000
@@ -96,7 +96,7 @@ def test_resent_sequence_numbers_are_duplicates_not_extra_messages(kconfig, boot
             raw.produce(topic, value, partition=part, timestamp=ts, headers=headers)
         assert raw.flush(30) == 0
         producer.close()
-        wait_for(lambda: all_windows_final(kconfig, topic, audit_topics["audit_topic"]), 90, "final windows")
+        wait_for_final_windows(kconfig, topic, audit_topics["audit_topic"], 90)
     v = verify_topic(kconfig, topic, 5_000, audit_topic=audit_topics["audit_topic"])
     assert compare_with_cluster(v, CLUSTER) == []
     log = read_audit_log(kconfig, audit_topics["audit_topic"])

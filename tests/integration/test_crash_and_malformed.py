@@ -24,7 +24,7 @@ from audit_record.stamp import STAMP_HEADER, STAMP_HEADER_V1
 from kafka_audit.verification_report import cluster_counts, compare_with_cluster
 from kafka_plumbing.topics import read_to_end
 
-from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
+from .helpers import CLUSTER, consumer_settings, running_consumer, wait_for, wait_for_final_windows
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +99,7 @@ def test_sigkill_and_restart_three_times_keeps_counts_exact(
             proc = _start_consumer(bootstrap, topic, audit_topics, log)
         load.join()
         assert results and results[0].produced == 60_000
-        wait_for(lambda: all_windows_final(kconfig, topic, audit_topics["audit_topic"]), 120, "final windows")
+        wait_for_final_windows(kconfig, topic, audit_topics["audit_topic"], 120)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
@@ -172,7 +172,7 @@ def test_malformed_records_go_to_dead_letter_topic_and_nothing_stops(kconfig, bo
         assert raw.flush(30) == 0
         good.join()
         wait_for(lambda: consumer.stats.dead_letters >= 1_000, 60, "data-topic dead letters")
-        wait_for(lambda: all_windows_final(kconfig, topic, audit_topic), 90, "final windows")
+        wait_for_final_windows(kconfig, topic, audit_topic, 90)
         assert consumer.stats.dead_letters == 1_000
     # The audit-topic reader dead-letters the 1,000 malformed snapshots and reads everything else.
     table = read_audit_log(kconfig, audit_topic, dlq_topic=dlq)

@@ -33,7 +33,7 @@ from kafka_audit.verification_report import compare_with_cluster
 from kafka_plumbing.interceptor_jar import PRODUCER_INTERCEPTOR
 from kafka_plumbing.local_cluster import KafkaCluster
 
-from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
+from .helpers import CLUSTER, consumer_settings, running_consumer, wait_for, wait_for_final_windows
 from .jvm_clients import compile_plain_producer, last_json_line, plain_producer
 from .test_attribution import BrokerCut
 
@@ -112,9 +112,7 @@ def test_audit_topic_unreachable_for_30s_records_arrive_and_windows_reconcile(tm
             stdout, _ = app.communicate(timeout=120)
             assert app.returncode == 0, (tmp_path / "app.stderr").read_text()[-3000:]
             result = last_json_line(stdout)
-            wait_for(
-                lambda: all_windows_final(kconfig, topic, audit_topics["audit_topic"]), 90, "final windows"
-            )
+            wait_for_final_windows(kconfig, topic, audit_topics["audit_topic"], 90)
         v = verify_topic(kconfig, topic, WINDOW_MS, audit_topic=audit_topics["audit_topic"])
     finally:
         if cut is not None:

@@ -24,7 +24,7 @@ from kafka_plumbing.connect_worker import ConnectWorker
 from kafka_plumbing.interceptor_jar import PRODUCER_INTERCEPTOR, interceptor_jar
 from kafka_plumbing.topics import read_to_end
 
-from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
+from .helpers import CLUSTER, consumer_settings, running_consumer, wait_for, wait_for_final_windows
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 WINDOW_MS = 5_000
@@ -87,7 +87,7 @@ def test_connect_source_connector_audited_by_worker_configuration(
                 "the connector's copy",
             )
             audit = audit_topics["audit_topic"]
-            wait_for(lambda: all_windows_final(kconfig, copy, audit), 90, "final windows")
+            wait_for_final_windows(kconfig, copy, audit, 90)
     finally:
         worker.stop()
 

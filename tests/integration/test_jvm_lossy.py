@@ -33,7 +33,7 @@ from spark_streaming.job import ReconciliationJob
 from spark_streaming.results import final_results, read_results
 from spark_streaming.settings import SparkJobSettings
 
-from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
+from .helpers import CLUSTER, consumer_settings, running_consumer, wait_for, wait_for_final_windows
 from .jvm_clients import perf_producer
 
 pytestmark = [
@@ -113,7 +113,7 @@ def test_perf_producer_through_loss_every_final_window_equals_the_verifier(tmp_p
                 lab.apply(Impairment())
                 assert out.returncode == 0, stdout[-3000:]
                 assert "records sent" in stdout, stdout[-3000:]  # its summary: the acknowledged ones only
-                wait_for(lambda: all_windows_final(kconfig, topic, audit), 90, "final windows")
+                wait_for_final_windows(kconfig, topic, audit, 90)
             v = verify_topic(kconfig, topic, WINDOW_MS, audit_topic=audit)
             tier = cluster_tier(CLUSTER)
             windows = {start for start, _ in v.rows}

@@ -30,7 +30,7 @@ from kafka_plumbing.interceptor_jar import PRODUCER_INTERCEPTOR, interceptor_jar
 from kafka_plumbing.topics import ensure_topic
 from spark_streaming.job import spark_session
 
-from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
+from .helpers import CLUSTER, consumer_settings, running_consumer, wait_for_final_windows
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 WINDOW_MS = 5_000
@@ -86,7 +86,7 @@ def copied(request: pytest.FixtureRequest, kafka_cluster, tmp_path_factory) -> I
         )
         query.awaitTermination(120)
         assert query.exception() is None
-        wait_for(lambda: all_windows_final(kconfig, copy, audit["audit_topic"]), 90, "final windows")
+        wait_for_final_windows(kconfig, copy, audit["audit_topic"], 90)
     yield {"bootstrap": bootstrap, "copy": copy, **audit}
 
 

@@ -36,7 +36,7 @@ from kafka_plumbing.topics import ensure_topic, read_to_end
 from spark_streaming.reconcile import compact, reconcile
 from tests.conftest import unique_name
 
-from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
+from .helpers import CLUSTER, consumer_settings, running_consumer, wait_for, wait_for_final_windows
 from .jvm_clients import perf_producer
 
 pytestmark = pytest.mark.integration
@@ -260,7 +260,7 @@ def test_plugin_and_java_interceptor_on_one_topic_reconcile_exactly(
         del producer
         out, _ = java.communicate(timeout=120)
         assert java.returncode == 0, out[-3000:]
-        wait_for(lambda: all_windows_final(kconfig, topic, audit_topic), 60, "final windows")
+        wait_for_final_windows(kconfig, topic, audit_topic, 60)
     v = verify_topic(kconfig, topic, WINDOW_MS, audit_topic=audit_topic, timeout_s=60)
     assert v.messages == n_python + n_java and v.malformed_stamps == 0
     assert all(pid is not None and r.final for (_, pid), r in v.rows.items())

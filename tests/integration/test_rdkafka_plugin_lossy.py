@@ -25,7 +25,7 @@ from audit_record import PRODUCER_TIER, cluster_tier
 from kafka_audit.verification_report import compare_with_cluster
 from kafka_plumbing.rdkafka_plugin import rdkafka_plugin
 
-from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
+from .helpers import CLUSTER, consumer_settings, running_consumer, wait_for_final_windows
 
 pytestmark = [
     pytest.mark.integration,
@@ -89,7 +89,7 @@ def test_kcat_through_loss_every_final_window_equals_the_verifier(tmp_path, audi
             stderr = log.read_text()
             # kcat exits 1 when a delivery failed (expected here), never on a fatal error
             assert kcat.returncode in (0, 1) and "FATAL" not in stderr, stderr[-3000:]
-            wait_for(lambda: all_windows_final(kconfig, topic, audit), 90, "final windows")
+            wait_for_final_windows(kconfig, topic, audit, 90)
         v = verify_topic(kconfig, topic, WINDOW_MS, audit_topic=audit)
 
     assert all(pid is not None for _, pid in v.rows), "records without a stamp: counted as unaudited"

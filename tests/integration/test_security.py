@@ -33,7 +33,7 @@ from spark_streaming.results import final_results, read_results
 from spark_streaming.settings import SparkJobSettings
 from tests.conftest import release_clients
 
-from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
+from .helpers import CLUSTER, consumer_settings, running_consumer, wait_for, wait_for_final_windows
 
 pytestmark = pytest.mark.integration
 WINDOW_MS = 5_000
@@ -148,7 +148,7 @@ def test_producer_consumer_and_verifier_count_exactly_over_sasl_ssl(
                 if i % 500 == 0:
                     producer.poll(0)
             assert producer.flush(30) == 0
-        wait_for(lambda: all_windows_final(conf, topic, audit_topics["audit_topic"]), 90, "final windows")
+        wait_for_final_windows(conf, topic, audit_topics["audit_topic"], 90)
     v = verify_topic(conf, topic, WINDOW_MS, audit_topic=audit_topics["audit_topic"])
     assert sum(r.sent for r in v.rows.values()) == n
     assert sum(r.unique for r in v.rows.values()) == n
@@ -265,7 +265,7 @@ def test_spark_job_reads_audit_topic_and_writes_results_over_sasl_ssl(
             for i in range(n):
                 producer.produce(topic, f"message {i}".encode())
             assert producer.flush(30) == 0
-        wait_for(lambda: all_windows_final(conf, topic, audit_topics["audit_topic"]), 90, "final windows")
+        wait_for_final_windows(conf, topic, audit_topics["audit_topic"], 90)
     # The job starts on a backlog: its heartbeat moves the watermark past every window at once.
     settings = SparkJobSettings(
         bootstrap_servers=secure.bootstrap,

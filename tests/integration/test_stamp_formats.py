@@ -19,7 +19,7 @@ from audit_record import stamp
 from kafka_audit.verification_report import cluster_counts, compare_with_cluster, producer_names
 from kafka_plumbing.topics import read_to_end
 
-from .helpers import CLUSTER, all_windows_final, consumer_settings, running_consumer, wait_for
+from .helpers import CLUSTER, consumer_settings, running_consumer, wait_for_final_windows
 
 pytestmark = pytest.mark.integration
 
@@ -89,7 +89,7 @@ def test_v1_and_v2_producers_in_one_window_reconcile_exactly_against_the_verifie
             th.start()
         for th in threads:
             th.join()
-        wait_for(lambda: all_windows_final(kconfig, topic, audit_topics["audit_topic"]), 90, "final windows")
+        wait_for_final_windows(kconfig, topic, audit_topics["audit_topic"], 90)
         assert consumer.stats.dead_letters == 0
     v = verify_topic(kconfig, topic, 5_000, audit_topic=audit_topics["audit_topic"])
     assert v.malformed_stamps == 0
