@@ -66,9 +66,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             group = HOST_NETWORK_GROUP if module in HOST_NETWORK_MODULES else module
             item.add_marker(pytest.mark.xdist_group(group))
     modules: dict[str, int] = {}
-    for item in items:  # a module ranks as its first slow test: its tests stay one block
+    for item in items:  # a module takes its tests' lowest rank (one slow test makes it slow): one block
         key = item.nodeid.split("::")[0]
-        modules[key] = min(modules.get(key, 4), _schedule_rank(item))
+        rank = _schedule_rank(item)
+        modules[key] = min(modules.get(key, rank), rank)
     items.sort(key=lambda item: modules[item.nodeid.split("::")[0]])
 
 

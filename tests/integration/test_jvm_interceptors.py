@@ -45,14 +45,14 @@ N = 30_000
 WINDOW_MS = 5_000
 
 
+def _java_command(main: str, *args: str) -> list[str]:
+    """A Kafka tool's main class with the Kafka jars and the interceptors' jar on the class path."""
+    return [java_executable(), "-Xmx512m", "-cp", f"{classpath('kafka')}:{interceptor_jar()}", main, *args]
+
+
 def _java(main: str, *args: str, timeout_s: float = 180.0) -> subprocess.CompletedProcess[str]:
-    """Run a Kafka tool's main class with the Kafka jars and the interceptors' jar on the class path."""
-    return subprocess.run(
-        [java_executable(), "-Xmx512m", "-cp", f"{classpath('kafka')}:{interceptor_jar()}", main, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
+    """Run :func:`_java_command` to its end."""
+    return subprocess.run(_java_command(main, *args), capture_output=True, text=True, timeout=timeout_s)
 
 
 def _perf_producer(bootstrap: str, topic: str, n: int, audit_topic: str) -> None:
@@ -81,8 +81,7 @@ def _start_perf_consumer(
     It stops after ``n`` records or ``timeout_ms`` without any (counted from its start).
     """
     return subprocess.Popen(
-        [
-            java_executable(), "-Xmx512m", "-cp", f"{classpath('kafka')}:{interceptor_jar()}",
+        _java_command(
             "org.apache.kafka.tools.ConsumerPerformance",
             "--bootstrap-server", bootstrap,
             "--topic", topic,
@@ -90,7 +89,7 @@ def _start_perf_consumer(
             "--group", group,
             "--command-config", str(props),
             "--timeout", str(timeout_ms),
-        ],
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -115,9 +114,8 @@ def _perf_consumer(
     _finish(_start_perf_consumer(bootstrap, topic, n, group, props, timeout_ms))
 
 
-def _group_reads(kconfig: dict[str, str], group: str, topic: str) -> bool:
+def _group_reads(admin: AdminClient, group: str, topic: str) -> bool:
     """Whether consumer group ``group`` is stable with every partition of ``topic`` assigned."""
-    admin = AdminClient(kconfig)
     [description] = admin.describe_consumer_groups([group]).values()
     try:
         d = description.result(timeout=10)
@@ -258,9 +256,8 @@ def test_java_tiers_reconcile_exactly_in_the_spark_job(
             # holds (a consumer tier that has reported nothing by then is not waited for: late, by design)
             consumer = _start_perf_consumer(bootstrap, topic, n, group, props, timeout_ms=180_000)
             try:
-                wait_for(
-                    lambda: _group_reads(kconfig, group, topic), 120, "the perf consumer's group assigned"
-                )
+                admin = AdminClient(kconfig)
+                wait_for(lambda: _group_reads(admin, group, topic), 120, "the perf consumer's group assigned")
                 _perf_producer(bootstrap, topic, n, audit_topic)
             except BaseException:
                 consumer.kill()
