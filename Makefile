@@ -19,7 +19,7 @@ test: bootstrap  ## lint + the layers contract + every test tier (unit and integ
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mkdocs build --strict --quiet --site-dir var/site
 	mvn -B -q -s jvm/settings.xml -f jvm/interceptors/pom.xml test
-	$(VENV)/bin/pytest -n 2 --dist loadgroup --no-loadscope-reorder -m "not solo" --durations=25
+	$(VENV)/bin/pytest -n 2 --dist loadgroup -m "not solo" --durations=25
 	$(VENV)/bin/pytest -m solo
 
 test-unit: bootstrap

@@ -39,38 +39,14 @@ HOST_NETWORK_MODULES = frozenset(
 """Modules that create network namespaces, NFQUEUE handlers or iptables rules: one worker runs them."""
 
 
-def _schedule_rank(item: pytest.Item) -> int:
-    """Where a test's group goes in the queue: the longest groups first, the many short unit tests last.
-
-    ``make test`` passes ``--no-loadscope-reorder``, so pytest-xdist hands the groups out in this order
-    and the unit tests fill the workers' ends instead of the integration modules (a worker idle while the
-    other runs a 3-minute module doubles the end of the run).
-    """
-    module = item.module.__name__ if item.module is not None else ""
-    if module in HOST_NETWORK_MODULES:
-        return 0
-    if module.startswith("tests.integration."):
-        return 1 if item.get_closest_marker("slow") is not None else 2
-    return 3 if module.startswith("tests.install.") else 4
-
-
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Give every test without an ``xdist_group`` mark its module's group (or the host-network one).
-
-    Then order the tests by :func:`_schedule_rank` (a module's tests stay together, in their order).
-    """
+    """Give every test without an ``xdist_group`` mark its module's group (or the host-network one)."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             module = item.module.__name__ if item.module is not None else item.nodeid.split("::")[0]
             group = HOST_NETWORK_GROUP if module in HOST_NETWORK_MODULES else module
             item.add_marker(pytest.mark.xdist_group(group))
-    modules: dict[str, int] = {}
-    for item in items:  # a module takes its tests' lowest rank (one slow test makes it slow): one block
-        key = item.nodeid.split("::")[0]
-        rank = _schedule_rank(item)
-        modules[key] = min(modules.get(key, rank), rank)
-    items.sort(key=lambda item: modules[item.nodeid.split("::")[0]])
 
 
 def release_clients() -> None:
