@@ -322,6 +322,17 @@ class ResultMetrics:
             registry=r,
         )
 
+        self._final_counters: tuple[Counter, ...] = (
+            self.sent,
+            self.unique,
+            self.lost,
+            self.duplicated,
+            self.received,
+            self.unaudited,
+            self.unaccounted,
+        )
+        """The (topic, tier) counters that final windows add to: at 0 from the first provisional result."""
+
         # Known outcomes exported from the start at 0, so increase() sees their first event.
         for outcome in ("stored", *SKIP_REASONS):
             self.training_windows.labels(outcome)
@@ -349,7 +360,7 @@ class ResultMetrics:
                 self.final_wait.labels(*labels).set(row["final_wait_ms"] / 1000)
             self._observe_tier(labels, row)
             if row["state"] != "final":
-                self._start_freshness(labels, row)
+                self._start_series(labels, row)
                 continue
             if row["completeness"] is not None:
                 self.completeness.labels(*labels).set(row["completeness"])
@@ -370,13 +381,17 @@ class ResultMetrics:
             self.late.labels(lt["topic"]).inc(lt["late"] or 0)
         self.observe_producers(producers or [])
 
-    def _start_freshness(self, labels: tuple[str, str], row: dict[str, Any]) -> None:
-        """Create a (topic, tier)'s ``le`` series at 0 on its first measured provisional result.
+    def _start_series(self, labels: tuple[str, str], row: dict[str, Any]) -> None:
+        """Create a (topic, tier)'s final-window counters at 0 on its provisional results.
 
         A counter series first scraped with its value already up hides that step from ``increase()``
-        (Prometheus extrapolates from the first sample on): created at 0 before the first final window
-        is added, the first window counts in the freshness SLOs' rules too.
+        (Prometheus takes the first sample as the range's baseline): created at 0 while the window is
+        still provisional, the first final window of a topic (and the first after every restart of the
+        job, whose counters start over) counts in the SLO rules' ``increase()`` of sent and lost
+        messages, and of the freshness ``le`` series (created once the tier measures freshness).
         """
+        for counter in self._final_counters:
+            counter.labels(*labels)
         if row.get("freshness_counts"):
             for le in freshness.LE_LABELS:
                 self.freshness.labels(*labels, le)

@@ -23,6 +23,7 @@ from alerts.slo_rules import ALERT_NAME, page_min_events, rules_document, rules_
 from alerts.slo_settings import WORKBOOK_ALERTS, SloSettings, load_slo_settings
 from kafka_audit.cli import app
 from kafka_plumbing.errors import ConfigError
+from spark_streaming.metrics import ResultMetrics
 
 PROMTOOL = "/usr/bin/promtool"
 PER_MIN = 60_000
@@ -271,3 +272,25 @@ def test_up_reads_the_same_slo_section_of_its_config_file(tmp_path):
     config.write_text("[slo]\n[[slo.completeness]]\nobjective = 3\n")
     with pytest.raises(ConfigError, match=r"slo.completeness.0.objective: Input should be less than 1"):
         load_up_settings(config)
+
+
+def test_the_exporter_starts_a_topics_completeness_counters_at_0_while_its_first_window_is_provisional():
+    """increase() takes a series' first sample as its baseline: a first sample already at the first final
+    window's counts would hide that window's loss from the burn-rate rules (and after every job restart)."""
+    metrics = ResultMetrics()
+    row = {
+        "topic": "orders", "tier": TIER, "window_start_ms": 0, "window_end_ms": PER_MIN, "sent": 1000,
+        "unique": 990, "duplicated": 0, "received": 990, "unaudited": 0, "completeness": 0.99,
+        "loss_rate": 0.01, "duplicate_rate": 0.0,
+    }  # fmt: skip
+    labels = {"topic": "orders", "tier": TIER}
+    value = metrics.registry.get_sample_value
+
+    def sent_and_lost() -> tuple[float | None, ...]:
+        return tuple(value(f"kafka_audit_messages_{c}_total", labels) for c in ("sent", "lost"))
+
+    assert sent_and_lost() == (None, None)  # nothing seen of the topic yet
+    metrics.observe([{**row, "state": "provisional"}], [], [])
+    assert sent_and_lost() == (0.0, 0.0)
+    metrics.observe([{**row, "state": "final"}], [], [])
+    assert sent_and_lost() == (1000.0, 10.0)
