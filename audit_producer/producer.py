@@ -368,7 +368,7 @@ class AuditedProducer(ProducerStatus, InnerProducerMethods):
         if not hot or w is None:
             hot = False
             known = self._windows.get((topic, start))
-            w = known if known is not None else new_window(seq, now)
+            w = known if known is not None else self._snapshots.reopen((topic, start)) or new_window(seq, now)
             self._reports.bind(w, self._generation)
         if not seq & 0x7F:
             self._stamps = self._stamp_block(seq)

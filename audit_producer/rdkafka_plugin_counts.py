@@ -235,10 +235,13 @@ class PluginCounts:
         windows: dict[WindowKey, list[Any]],
         now: int,
         on_failure: Callable[[int, KafkaError], None],
+        reopen: Callable[[WindowKey], list[Any] | None] = lambda key: None,
     ) -> None:
         """Read the plugin and add what changed since the previous reading to ``windows``' count lists.
 
-        A window not in ``windows`` (new, or closed by the producer before a late record) gets a new list.
+        A window not in ``windows`` continues the list ``reopen`` gives for it (a window the producer
+        closed before a late record, :meth:`~audit_producer.snapshot_emitter.SnapshotEmitter.reopen`),
+        else gets a new list.
 
         Args:
             windows: The producer's open windows' count lists by (topic, start); changed in place.
@@ -246,6 +249,7 @@ class PluginCounts:
             on_failure: Called as ``on_failure(sequence, err)`` for new failures (autotune's probation);
                 ``sequence`` is the window's last sequence number (the plugin does not keep the failed
                 message's own).
+            reopen: The count list of a closed window by (topic, start), or None.
         """
         previous = self.last_reading
         reading = self.read()
@@ -265,7 +269,7 @@ class PluginCounts:
             w = windows.get(key)
             if w is None:
                 first = pw.first_sequence if before is None else before.last_sequence + 1
-                w = windows[key] = new_window(first, now)
+                w = windows[key] = reopen(key) or new_window(first, now)
             _add_window(w, pw, before, now, on_failure)
         self._seen = seen
 

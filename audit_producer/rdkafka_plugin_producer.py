@@ -128,14 +128,18 @@ class PluginAuditedProducer(AuditedProducer):
         """As :meth:`AuditedProducer.close`; the plugin's counts are read before the TCP drain wait."""
         if not self._closed:
             self._producer.flush(timeout_s)
-            self._plugin.add_to(self._windows, now_ms(), self._reconfiguration.on_failure)
+            self._read_plugin(now_ms())
         super().close(timeout_s)
 
     def _tick(self, now: int, close_all: bool = False) -> None:
         """Read the plugin's counts into the windows, run the base tick, release the closed windows."""
-        self._plugin.add_to(self._windows, now, self._reconfiguration.on_failure)
+        self._read_plugin(now)
         super()._tick(now, close_all)
         self._plugin.release_closed(self._windows)
+
+    def _read_plugin(self, now: int) -> None:
+        """Add the plugin's new counts to the windows (a closed window's late records continue it)."""
+        self._plugin.add_to(self._windows, now, self._reconfiguration.on_failure, self._snapshots.reopen)
 
 
 __all__ = ["PluginAuditedProducer"]

@@ -44,6 +44,13 @@ LIBRARY = "kafka-audit-python"
 SETTLE_MARGIN_MS = 2_000
 """With ``delivery_reports="errors"``: a window settles this long after its messages' timeout, ms."""
 
+RETIRED_RETENTION_MS = 3_600_000
+"""A closed window's counts are kept this long after its end for late messages, ms (the JVM's
+``ProducerAuditor.RETIRED_RETENTION_MS``, the librdkafka plugin's)."""
+
+RETIRED_MAX = 1_000
+"""At most this many closed windows are kept (the oldest go first; the JVM's default ``max.windows``)."""
+
 WindowKey = tuple[str, int]
 """A window of the audited producer: (topic, window start in ms since the epoch UTC)."""
 
@@ -90,6 +97,32 @@ class SnapshotEmitter:
         self.tcp_drain = tcp_drain
         self.audit_topic = audit_topic
         self.identity = process_identity(client_id, producer_id)
+        self.retired: dict[WindowKey, list[Any]] = {}
+        """Closed windows' count lists, kept for late messages (:meth:`reopen`)."""
+
+    def reopen(self, key: WindowKey) -> list[Any] | None:
+        """Return the count list of closed window ``key`` for a late message, or None if none is kept.
+
+        A message whose CreateTime lies in a window already closed (a copy keeping its source's timestamp,
+        a replay) continues the window's counts: a window counted again from zero would send snapshots
+        under the same key with the late messages alone, and the newest snapshot per key is the one the
+        verifier and the job read. The caller puts the list back into :attr:`windows`; its next final
+        snapshot counts everything.
+        """
+        w = self.retired.pop(key, None)
+        if w is not None:
+            w[ACCOUNTED] = 0
+            w[DIRTY] = 1
+        return w
+
+    def _retire(self, key: WindowKey, w: list[Any], now: int) -> None:
+        """Keep closed window ``key``'s counts; forget those past :data:`RETIRED_RETENTION_MS` or the cap."""
+        self.retired[key] = w
+        horizon = now - RETIRED_RETENTION_MS - self.window_ms
+        for old in [k for k in self.retired if k[1] < horizon]:
+            del self.retired[old]
+        while len(self.retired) > RETIRED_MAX:
+            del self.retired[min(self.retired, key=lambda k: k[1])]
 
     def settled(self, w: list[Any], now: int, held: int, timeout_ms: int) -> bool:
         """Whether window ``w``'s messages have all been reported on (or timed out), not counting TCP.
@@ -144,6 +177,7 @@ class SnapshotEmitter:
             if closing:
                 del self.windows[(topic, start)]
                 drain.forget((topic, start))
+                self._retire((topic, start), w, now)
                 closed.append(w)
         if len(self.history) > 1:
             oldest = min((w[FIRST_SEQ] for w in self.windows.values()), default=next_sequence)
@@ -209,4 +243,12 @@ def process_identity(client_id: str, producer_id: str) -> ProducerIdentity:
     )
 
 
-__all__ = ["LIBRARY", "SETTLE_MARGIN_MS", "SnapshotEmitter", "WindowKey", "process_identity"]
+__all__ = [
+    "LIBRARY",
+    "RETIRED_MAX",
+    "RETIRED_RETENTION_MS",
+    "SETTLE_MARGIN_MS",
+    "SnapshotEmitter",
+    "WindowKey",
+    "process_identity",
+]

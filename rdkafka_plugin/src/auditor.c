@@ -104,12 +104,16 @@ void audit_free_windows(struct auditor *a) {
 }
 
 /* Reader mode: the application closed window wid (its last counts read): drop it; under both locks. A
- * record with a CreateTime in it later starts a new window (a new wid), which the reader adds to its own. */
+ * record with a CreateTime in it later starts a new window (a new wid), which the reader adds to the closed
+ * window's counts. A window with records in flight is kept: a record of it sent after the application's
+ * last reading (a late record) is acknowledged later, and only this window can place that acknowledgement;
+ * the reader, seeing its counts grow, reopens its own and asks again once it closes it again. */
 void audit_release_window(struct auditor *a, uint64_t wid) {
     for (int s = 1; s <= a->s.max_windows; s++) {
         struct window *w = a->by_slot[s];
         if (w && w->wid == wid) {
-            remove_window(a, w, 0);
+            if (w->acknowledged + w->failed >= w->sent)
+                remove_window(a, w, 0);
             return;
         }
     }
