@@ -18,9 +18,7 @@ test: bootstrap  ## lint + the layers contract + every test tier (unit and integ
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mkdocs build --strict --quiet --site-dir var/site
-	mvn -B -q -s jvm/settings.xml -f jvm/interceptors/pom.xml test
-	$(VENV)/bin/pytest -n 2 --dist loadgroup -m "not solo" --durations=25
-	$(VENV)/bin/pytest -m solo
+	VENV=$(VENV) bash scripts/test_tiers.sh  # JUnit (Maven Surefire) beside pytest's parallel tier, then the solo tier
 
 test-unit: bootstrap
 	$(VENV)/bin/pytest -m "not integration"
