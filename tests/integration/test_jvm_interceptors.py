@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from confluent_kafka import ConsumerGroupState, KafkaException
+from confluent_kafka import ConsumerGroupState, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from audit_consumer import counts
@@ -300,6 +300,55 @@ def test_java_tiers_reconcile_exactly_in_the_spark_job(
                 res,
             )
             assert res["loss_rate"] == 0.0 and res["producers"] == 1 and res["acknowledged"] == sent
+
+
+def test_a_consumer_of_a_mirrormaker2_copy_counts_under_the_source_topic(
+    request: pytest.FixtureRequest, kconfig: dict[str, str], bootstrap: str, topic: str, tmp_path: Path
+) -> None:
+    """A Java application reading MirrorMaker 2's copy ``A.<topic>`` (``kafka.audit.replication.sources=A``):
+    its tier counts the copy under the source topic, so it reconciles with the producers of ``<topic>``.
+
+    The copy is made as MirrorMaker 2 makes it (each record to the same partition of ``A.<topic>`` with its
+    key, value, headers and CreateTime), by a plain client on the one session broker.
+    """
+    audit_topic = unique_name(request, ".audit")
+    state_topic = unique_name(request, ".state")
+    ensure_topic(kconfig, audit_topic, 3)
+    ensure_topic(kconfig, state_topic, 3, topic_config=STATE_TOPIC_CONFIG)
+    n = 3_000
+    _perf_producer(bootstrap, topic, n, audit_topic)
+    copy = f"A.{topic}"
+    ensure_topic(kconfig, copy, 3)
+    mirror = Producer({**kconfig, "enable.idempotence": True})
+    for m in read_to_end(kconfig, topic, group_id=unique_name(request, ".mirror")):
+        _, create_time = m.timestamp()
+        mirror.produce(copy, m.value(), m.key(), m.partition(), timestamp=create_time, headers=m.headers())
+    assert mirror.flush(30) == 0
+    group = unique_name(request, ".group")
+    props = tmp_path / "consumer.properties"
+    props.write_text(
+        "\n".join(
+            [
+                f"interceptor.classes={CONSUMER_INTERCEPTOR}",
+                f"kafka.audit.topic={audit_topic}",
+                f"kafka.audit.state.topic={state_topic}",
+                f"kafka.audit.window.ms={WINDOW_MS}",
+                "kafka.audit.replication.sources=A",
+            ]
+        )
+    )
+    _perf_consumer(bootstrap, copy, n, group, props)
+
+    truth = verify_topic(kconfig, topic, WINDOW_MS, audit_topic=audit_topic, timeout_s=120)
+    log = truth.audit_log
+    assert log is not None
+    consumers = list(log.tier(consumer_tier(group)))
+    assert consumers and {s.topic for s in consumers} == {topic}, "the copy counted under its source topic"
+    by_window: dict[int, int] = defaultdict(int)
+    for s in consumers:
+        by_window[s.window_start_ms] += s.unique
+    assert dict(by_window) == {r.window_start_ms: r.sent for r in truth.rows.values()}
+    assert sum(by_window.values()) == n
 
 
 def test_audit_record_bytes_both_ways() -> None:

@@ -22,6 +22,8 @@ import org.apache.kafka.common.config.ConfigException;
  *   <tr><td>kafka.audit.max.windows</td><td>1000</td><td>windows (topic, window[, partition]) tracked at once; beyond, the oldest is dropped and counted</td></tr>
  *   <tr><td>kafka.audit.inflight.slots</td><td>1048576</td><td>producer: at most this many sequences remembered for the acknowledgements (2 bytes each; the ring starts at 65536 and doubles while needed)</td></tr>
  *   <tr><td>kafka.audit.enabled</td><td>true</td><td>false: the interceptor passes records through untouched</td></tr>
+ *   <tr><td>kafka.audit.replication.*</td><td></td><td>consumer: MirrorMaker 2 copies counted under their source
+ *       topic ({@link ReplicationNaming}: policy, sources, separator)</td></tr>
  *   <tr><td>kafka.audit.producer.*</td><td></td><td>client settings of the interceptor's own producer, overriding
  *       those taken from the host client (bootstrap.servers, security.protocol, ssl.*, sasl.*)</td></tr>
  * </table>
@@ -37,6 +39,7 @@ import org.apache.kafka.common.config.ConfigException;
  * @param inflightSlots producer: the sequence ring's size (a power of two)
  * @param enabled whether the interceptor audits
  * @param producerOverrides client settings of the audit producer ({@value #PRODUCER_PREFIX} stripped)
+ * @param replication consumer: how MirrorMaker 2 names copies (the topic a copy's counts are reported under)
  */
 public record AuditSettings(
         String auditTopic,
@@ -49,7 +52,8 @@ public record AuditSettings(
         int maxWindows,
         int inflightSlots,
         boolean enabled,
-        Map<String, Object> producerOverrides) {
+        Map<String, Object> producerOverrides,
+        ReplicationNaming replication) {
 
     /** Prefix of every interceptor setting. */
     public static final String PREFIX = "kafka.audit.";
@@ -93,7 +97,8 @@ public record AuditSettings(
                 (int) number(configs, "max.windows", 1000, 1, 30_000),
                 Integer.highestOneBit(slots),
                 bool(configs, "enabled", true),
-                Map.copyOf(overrides));
+                Map.copyOf(overrides),
+                ReplicationNaming.from(configs));
     }
 
     private static String text(Map<String, ?> configs, String key, String dflt) {
@@ -128,7 +133,7 @@ public record AuditSettings(
     /** @return these settings with the producer's sequence ring at most {@code slots} (a power of two) */
     AuditSettings withInflightSlots(int slots) {
         return new AuditSettings(auditTopic, dlqTopic, stateTopic, windowMs, snapshotIntervalMs, graceMs,
-                deliveryMarginMs, maxWindows, slots, enabled, producerOverrides);
+                deliveryMarginMs, maxWindows, slots, enabled, producerOverrides, replication);
     }
 
     private static boolean bool(Map<String, ?> configs, String key, boolean dflt) {

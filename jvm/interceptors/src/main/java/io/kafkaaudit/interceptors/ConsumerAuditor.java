@@ -385,7 +385,7 @@ final class ConsumerAuditor {
                 .set("source", group)
                 .set("host", host)
                 .set("producer_id", pid)
-                .set("topic", st.topic)
+                .set("topic", settings.replication().sourceTopic(st.topic)) // a MirrorMaker 2 copy: its source
                 .set("partition", st.partition)
                 .set("window_start_ms", k.start())
                 .set("window_end_ms", k.start() + st.windowMs)

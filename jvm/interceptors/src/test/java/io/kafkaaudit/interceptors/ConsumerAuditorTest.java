@@ -94,6 +94,22 @@ class ConsumerAuditorTest {
     }
 
     @Test
+    void aMirrorMaker2CopyIsCountedUnderItsSourceTopic() {
+        ConsumerAuditor a = new ConsumerAuditor(AuditSettings.from(Map.of("kafka.audit.replication.sources", "A"), 1_000,
+                30_000), "billing", sink, (keys, budget) -> new java.util.HashMap<>(sink.states), now::get, metrics);
+        ConsumerRecord<byte[], byte[]> copy = new ConsumerRecord<>("A.orders", 2, 7, 10 * W + 5, TimestampType.CREATE_TIME,
+                -1, 10, null, new byte[10], new RecordHeaders(new Header[] {v2(1)}), Optional.empty());
+        a.onConsume(new ConsumerRecords<>(Map.of(new TopicPartition("A.orders", 2), List.of(copy)),
+                Map.<TopicPartition, OffsetAndMetadata>of()));
+        assertEquals(1, a.flush());
+        GenericRecord r = sink.records.get(0);
+        assertEquals("orders", r.get("topic").toString());
+        assertEquals(2, r.get("partition"));
+        assertEquals(1L, r.get("unique"));
+        assertTrue(sink.states.keySet().stream().anyMatch(k -> k.contains("A.orders")), "state stays the copy's partition's");
+    }
+
+    @Test
     void windowsCloseOnTheWatermarkThenLateMessagesAreCounted() {
         consume(List.of(rec(10 * W + 1, v2(1))));
         consume(List.of(rec(11 * W + 30_000, v2(2)))); // watermark: window 10 ends + grace passed
