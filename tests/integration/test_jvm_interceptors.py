@@ -10,8 +10,9 @@ window's ``sent`` equals what the topic holds, ``sent`` summed equals N (the per
 interceptor's), nothing is unaudited, and the consumer tier ``consumer:<group>`` counts every record once.
 A second test runs the same tools beside the real audit consumer and Spark job (local[2]): the final window
 results of the tiers ``producer``, ``cluster:<name>`` and ``consumer:<group>`` equal the verifier's counts. A
-third checks the audit record bytes both ways: Python-written records decode in Java and Java encodes them
-again to the same bytes.
+third has a Java application read a MirrorMaker 2-style copy (``A.<topic>``) and report its tier under the
+source topic. A fourth checks the audit record bytes both ways: Python-written records decode in Java and
+Java encodes them again to the same bytes.
 """
 
 from __future__ import annotations
