@@ -29,6 +29,7 @@ from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
+    OFFSET_END,
     Consumer,
     KafkaError,
     KafkaException,
@@ -69,6 +70,12 @@ queue in under a second waits out the rest of that second with nothing to read: 
 100-byte messages it ran at 120,000-250,000 msg/s depending on the phase, at a quarter of one core's
 CPU (issue 17; ``bench/audit_consumer.py`` prints both). 10 ms keeps the same memory bound and costs
 one fetch decision per partition every 10 ms while the queue is full. ``extra_config`` overrides it."""
+
+
+END_CHECK_TIMEOUT_S = 2.0
+"""How long the audit consumer waits for the end offsets of the partitions whose windows the wall clock
+would close (one ListOffsets request, ``offsets_for_times``), s. No answer in time (the leader is cut
+off, the host stalls): those windows stay open until a later commit confirms the end."""
 
 
 @dataclass
@@ -140,7 +147,9 @@ class AuditConsumer(TransactionRecovery):
         self._producer = Producer(self._producer_config)
         self._txn_timeout_s = settings.transaction_timeout_ms / 1000
         self._parts: dict[tuple[str, int], PartitionCounts] = {}
-        self._at_end: set[tuple[str, int]] = set()
+        self._at_end: dict[tuple[str, int], int] = {}
+        """Partitions at their end: the end offset of their last PARTITION_EOF (since a message, seek or
+        assignment)."""
         self._in_txn = False
         self._valid_pids: dict[bytes, bool] = {}
         self._next_commit = 0.0
@@ -291,7 +300,7 @@ class AuditConsumer(TransactionRecovery):
         self._commit()
         for p in partitions:
             self._parts.pop((p.topic, p.partition), None)
-            self._at_end.discard((p.topic, p.partition))
+            self._at_end.pop((p.topic, p.partition), None)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._in_txn:
@@ -299,6 +308,7 @@ class AuditConsumer(TransactionRecovery):
             self._in_txn = False
         for p in partitions:
             self._parts.pop((p.topic, p.partition), None)
+            self._at_end.pop((p.topic, p.partition), None)
 
     def _load_states(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], PartitionCounts]:
         """Read the state topic to its end (read_committed) and return the newest state of each key."""
@@ -331,12 +341,12 @@ class AuditConsumer(TransactionRecovery):
         """Begin the transaction before counting a partition's messages; it is no longer at its end."""
         if not self._in_txn:
             self._begin()
-        self._at_end.discard(key)
+        self._at_end.pop(key, None)
 
     def _on_error(self, m: Message) -> None:
         err = m.error()
         if err.code() == KafkaError._PARTITION_EOF:
-            self._at_end.add((m.topic(), m.partition()))
+            self._at_end[(m.topic(), m.partition())] = m.offset()  # the end offset it reached
             return
         if err.fatal() or err.code() == KafkaError._FATAL:
             # librdkafka's consumer is dead (e.g. FENCED_INSTANCE_ID after a group coordinator moved:
@@ -364,10 +374,11 @@ class AuditConsumer(TransactionRecovery):
     def _commit(self) -> None:
         """Emit snapshots of changed buckets and the states, send offsets, commit: one transaction."""
         now = now_ms()
+        caught_up = self._caught_up(now)
         closing: dict[tuple[str, int], list[tuple[int, bytes | None, list]]] = {}
         for key, st in self._parts.items():
             closed = st.advance(
-                now if key in self._at_end else None,
+                now if key in caught_up else None,
                 self.s.late_retention_ms,
                 self._wait_of(st.topic),
                 self.finality.max_wait_ms,
@@ -411,6 +422,42 @@ class AuditConsumer(TransactionRecovery):
             self._replace_producer(exc)
         finally:
             self._in_txn = False
+
+    def _caught_up(self, now: int) -> set[tuple[str, int]]:
+        """Return the partitions whose windows the wall clock ``now`` may close (DESIGN.md, invariant 8).
+
+        A PARTITION_EOF says the consumer held the partition's end when it was fetched, not that nothing
+        was appended since: the fetch from a leader that stopped answering (a broker cut off: the soak's
+        ``cut_broker``) or that moved hangs without an event, and after a rewind the EOF was of the old
+        position. A window closed on the wall clock then makes its messages read afterwards late and its
+        final snapshot short (the likeliest cause of a 5-minute soak failure: a window whose final
+        result counted 918 of the 941 messages in the topic, the broker cut starting in it).
+        So when the wall clock would move a partition at its end past a window boundary, the partition's
+        end offset is asked for (ListOffsets, ``read_committed``: the last stable offset, as the EOF's):
+        the wall clock counts only where it is still the EOF's offset. Elsewhere it would change nothing.
+
+        Returns:
+            The partitions whose end was confirmed now (none without an answer within
+            :data:`END_CHECK_TIMEOUT_S`).
+        """
+        caught_up: set[tuple[str, int]] = set()
+        ask: list[TopicPartition] = []
+        for key in self._at_end:
+            st = self._parts.get(key)
+            if st is not None and st.crosses_window(now, self._wait_of(st.topic), self.finality.max_wait_ms):
+                ask.append(TopicPartition(key[0], key[1], OFFSET_END))  # a timestamp: the latest offset
+        if not ask:
+            return caught_up
+        try:
+            ends = self._consumer.offsets_for_times(ask, END_CHECK_TIMEOUT_S)
+        except KafkaException as exc:
+            log.info("end offsets not known (%s); windows stay open", exc.args[0].str())
+            return caught_up
+        for e in ends:
+            eof = self._at_end.get((e.topic, e.partition))
+            if e.error is None and eof is not None and 0 <= e.offset <= eof:
+                caught_up.add((e.topic, e.partition))
+        return caught_up
 
     def _emit(self, st: PartitionCounts, start: int, pid: bytes | None, b: list, final: bool) -> None:
         topic = self._naming.source_topic(st.topic)  # a MirrorMaker 2 copy counts under its source topic

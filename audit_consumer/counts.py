@@ -8,7 +8,8 @@ invariant 8); then its sequence set is dropped (memory stays bounded) and only i
 for ``late_retention_ms``, to count late messages.
 
 The watermark is the largest CreateTime seen in the partition; while the consumer is caught up
-(partition EOF) it also follows the wall clock, so an idle partition's windows close too.
+(partition EOF, its end confirmed when that closes a window: ``audit_consumer.consumer``) it also follows
+the wall clock, so an idle partition's windows close too.
 
 :meth:`PartitionCounts.observe` is the reference rule for counting one message; :func:`count_batch` is
 the consumer's hot path, which inlines it (and stamp decoding, and the window start) for speed with the
@@ -155,9 +156,7 @@ class PartitionCounts:
         wm = self.watermark_ms if now_ms is None else max(self.watermark_ms, now_ms)
         if wm < 0:
             return []
-        horizon = wm - self.grace_ms
-        if wait_ms is not None and horizon > self.closed_horizon_ms:
-            horizon = self._held_horizon(horizon, wm, wait_ms, max_wait_ms)
+        horizon = self._horizon(wm, wait_ms, max_wait_ms)
         if horizon <= self.closed_horizon_ms:
             return []
         before = self.first_open_start_ms
@@ -177,6 +176,30 @@ class PartitionCounts:
             del self.closed[key]
         self.dirty = True  # the new horizon must be committed with the state
         return closed_now
+
+    def crosses_window(
+        self, wm_ms: int, wait_ms: Callable[[int], int] | None = None, max_wait_ms: int = 0
+    ) -> bool:
+        """Return True if :meth:`advance` with watermark ``wm_ms`` would move the first open window.
+
+        Side-effect free. Such a move closes windows and makes their messages read afterwards late, so
+        the audit consumer lets the wall clock make it only once it has confirmed it holds the
+        partition's end (``audit_consumer.consumer``, ``_caught_up``). Arguments as :meth:`advance`.
+        """
+        if wm_ms < 0:
+            return False
+        horizon = self._horizon(wm_ms, wait_ms, max_wait_ms)
+        if horizon <= self.closed_horizon_ms:
+            return False
+        after = window_start(horizon, self.window_ms) if horizon >= 0 else -1
+        return after != self.first_open_start_ms
+
+    def _horizon(self, wm: int, wait_ms: Callable[[int], int] | None, max_wait_ms: int) -> int:
+        """Return the closing horizon for watermark ``wm``: ``wm`` - grace, held by ``wait_ms``, ms."""
+        horizon = wm - self.grace_ms
+        if wait_ms is not None and horizon > self.closed_horizon_ms:
+            horizon = self._held_horizon(horizon, wm, wait_ms, max_wait_ms)
+        return horizon
 
     def _held_horizon(self, horizon: int, wm: int, wait_ms: Callable[[int], int], max_wait_ms: int) -> int:
         """Return ``horizon``, or the start of the first window that may still receive messages.

@@ -100,7 +100,7 @@ class TransactionRecovery:
     _in_txn: bool
     _txn_timeout_s: float  # the transactional calls' timeout, s
     _parts: dict[tuple[str, int], PartitionCounts]
-    _at_end: set[tuple[str, int]]
+    _at_end: dict[tuple[str, int], int]  # partition -> the end offset of its last PARTITION_EOF
 
     def __init__(self) -> None:
         self._abandoned: list[Producer] = []  # stuck in a hung librdkafka call; never destroyed under it
@@ -295,4 +295,7 @@ class TransactionRecovery:
                 key[0], key[1], self.s.window_ms, self.s.grace_ms
             )
             off = committed.get(key, OFFSET_BEGINNING)
+            # Its EOF was of the position given up: at its end again at the next EOF (librdkafka reports
+            # one after a seek, however far back); until then the wall clock closes none of its windows.
+            self._at_end.pop(key, None)
             self._consumer.seek(TopicPartition(key[0], key[1], off if off >= 0 else OFFSET_BEGINNING))

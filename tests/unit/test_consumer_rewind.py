@@ -35,3 +35,90 @@ def test_committed_offsets_retries_a_slow_coordinator_until_its_deadline():
     with pytest.raises(AuditConsumerError):
         committed_offsets(other, parts, timeout_s=60)
     assert other.calls == 1  # not retried
+
+
+def _audit_consumer():
+    from audit_consumer.consumer import AuditConsumer
+    from audit_consumer.settings import AuditConsumerSettings
+
+    settings = AuditConsumerSettings(
+        bootstrap_servers="127.0.0.1:9",
+        topics=["t"],
+        instance_id="rewind",
+        window_ms=1_000,
+        grace_ms=500,
+        max_final_wait_ms=0,
+    )
+    return AuditConsumer(settings)
+
+
+class _Input:
+    """The input consumer's calls the rewind and the end check make: one partition, end offset ``end``."""
+
+    def __init__(self, end: int | KafkaException) -> None:
+        self.end, self.asked, self.sought = end, 0, []
+
+    def assignment(self):
+        return [TopicPartition("t", 0)]
+
+    def committed(self, partitions, timeout):
+        return [TopicPartition(p.topic, p.partition, 40) for p in partitions]
+
+    def seek(self, tp):
+        self.sought.append((tp.topic, tp.partition, tp.offset))
+
+    def offsets_for_times(self, partitions, timeout):
+        self.asked += 1
+        if isinstance(self.end, KafkaException):
+            raise self.end
+        return [TopicPartition(p.topic, p.partition, self.end) for p in partitions]
+
+
+def _with_input(end):
+    c = _audit_consumer()
+    real = c._consumer
+    c._consumer = _Input(end)
+    return c, real
+
+
+def test_a_rewind_leaves_no_partition_at_its_end(monkeypatch):
+    """A rewind seeks back to the committed offset: the EOF of the position it gave up no longer holds,
+    so the wall clock must not close the partition's windows until the messages are read again."""
+    c, real = _with_input(100)
+    monkeypatch.setattr(c, "_load_states", lambda keys: {})
+    c._at_end[("t", 0)] = 100
+    c._rewind()
+    assert c._consumer.sought == [("t", 0, 40)]
+    assert ("t", 0) not in c._at_end
+    real.close()
+    c._producer.close()
+
+
+def test_the_wall_clock_closes_windows_only_where_the_partitions_end_is_confirmed():
+    """The 5-minute soak's short window: the consumer's fetch from a leader cut off hung without an event,
+    so the partition stayed "at its end" while messages were appended, and the wall clock closed them."""
+    from audit_consumer.counts import PartitionCounts
+
+    key = ("t", 0)
+    for end, caught_up in (
+        (100, True),
+        (130, False),
+        (KafkaException(KafkaError(KafkaError._TIMED_OUT)), False),
+    ):
+        c, real = _with_input(end)
+        st = c._parts[key] = PartitionCounts("t", 0, 1_000, 500)
+        st.observe(1_100, b"p", 1, 1, 0)
+        c._at_end[key] = 100  # its last EOF: offset 100
+        assert (key in c._caught_up(2_600)) is caught_up, end  # the wall clock would close window 1000
+        assert c._consumer.asked == 1
+        st.advance(2_600 if caught_up else None, 60_000)
+        real.close()
+        c._producer.close()
+    c, real = _with_input(130)
+    c._parts[key] = PartitionCounts("t", 0, 1_000, 500)
+    c._parts[key].observe(1_100, b"p", 1, 1, 0)
+    c._parts[key].advance(1_200, 60_000)  # the horizon is set: window 1000 open
+    c._at_end[key] = 100
+    assert c._caught_up(1_400) == set() and c._consumer.asked == 0  # nothing to close: nothing asked
+    real.close()
+    c._producer.close()

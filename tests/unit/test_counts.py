@@ -110,3 +110,17 @@ def test_sequences_the_jvm_interceptor_writes_with_run_containers_decode_here() 
     )
     assert java != BitMap64([1, 2, 3, 1000, 2**40 + 5]).serialize()
     assert list(BitMap64.deserialize(java)) == [1, 2, 3, 1000, 2**40 + 5]
+
+
+def test_crosses_window_says_whether_advance_would_move_the_first_open_window_and_changes_nothing():
+    """The audit consumer asks for a partition's end only when the wall clock would close a window."""
+    pc = _pc()
+    pc.observe(1_100, b"p", 1, 1, 0)
+    assert pc.crosses_window(2_400)  # the first horizon: window 1000 becomes the first open one
+    assert pc.advance(2_400, 60_000) == [] and pc.closed_horizon_ms == 1_900
+    assert not pc.crosses_window(2_499)  # window 1000 still open: the same first open window
+    assert pc.crosses_window(2_500)  # end 2000 + grace 500: window 1000 closes
+    assert not pc.crosses_window(2_500, wait_ms=lambda start: 3_000, max_wait_ms=3_000)  # held
+    assert pc.crosses_window(5_000, wait_ms=lambda start: 3_000, max_wait_ms=3_000)
+    assert pc.closed_horizon_ms == 1_900 and (1_000, b"p") in pc.open  # nothing changed
+    assert len(pc.advance(2_500, 60_000)) == 1
