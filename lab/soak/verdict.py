@@ -55,7 +55,9 @@ class WindowCheck:
     Attributes:
         topic, window_start_ms, tier: The window result's key.
         exact: True when every count of :data:`COMPARED` equals the verifier's.
-        counted: The result's counts (None: no final result for a window the verifier has).
+        counted: The result's counts, and its ``late`` (messages its tier read after closing the window,
+            not compared: a non-zero ``late`` in a short window says the tier closed it too early);
+            None: no final result for a window the verifier has.
         truth: The verifier's counts.
     """
 
@@ -95,7 +97,10 @@ def compare_windows(
         t = {k: int(truth.get(topic, {}).get(start, {}).get(k, 0)) for k in COMPARED}
         row = by_key.get((topic, start, tier))
         counted = None if row is None else {k: int(row.get(k) or 0) for k in COMPARED}
-        checks.append(WindowCheck(topic, start, tier, counted == t, counted, t))
+        exact = counted == t
+        if row is not None and counted is not None:  # late: what a tier counted after closing the window
+            counted["late"] = int(row.get("late") or 0)
+        checks.append(WindowCheck(topic, start, tier, exact, counted, t))
     return checks
 
 
