@@ -106,14 +106,11 @@ class SnapshotEmitter:
         A message whose CreateTime lies in a window already closed (a copy keeping its source's timestamp,
         a replay) continues the window's counts: a window counted again from zero would send snapshots
         under the same key with the late messages alone, and the newest snapshot per key is the one the
-        verifier and the job read. The caller puts the list back into :attr:`windows`; its next final
-        snapshot counts everything.
+        verifier and the job read. The caller puts the list back into :attr:`windows`; the late
+        message's count marks it changed and the next tick works out whether it is accounted for, so its
+        next final snapshot counts everything.
         """
-        w = self.retired.pop(key, None)
-        if w is not None:
-            w[ACCOUNTED] = 0
-            w[DIRTY] = 1
-        return w
+        return self.retired.pop(key, None)
 
     def _retire(self, key: WindowKey, w: list[Any], now: int) -> None:
         """Keep closed window ``key``'s counts; forget those past :data:`RETIRED_RETENTION_MS` or the cap."""
