@@ -74,8 +74,11 @@ class BrokerCut:
     never flushing a global chain, as other tests on the host may use iptables at the same time.
     """
 
+    PREFIX = "KA16"
+    """The chain's name prefix (then the test process's pid and the port)."""
+
     def __init__(self, port: int, gid: int) -> None:
-        self.chain = f"KA16-{os.getpid()}-{port}"
+        self.chain = f"{self.PREFIX}-{os.getpid()}-{port}"
         self.port, self.gid = port, gid
         self.active = False
 
@@ -83,16 +86,22 @@ class BrokerCut:
     def _ipt(*args: str, check: bool = True) -> None:
         subprocess.run(["iptables", "-w", *args], check=check, capture_output=True)
 
+    def rules(self) -> list[list[str]]:
+        """The chain's rules, each after the match on the port and the group id.
+
+        New connections and every segment that carries a request (PSH) are refused and reset the
+        connection; a request already sent is answered as usual (pure ACKs pass), so the cut leaves no
+        request whose fate the producer cannot know.
+        """
+        reset = ["-j", "REJECT", "--reject-with", "tcp-reset"]
+        return [["--syn", *reset], ["--tcp-flags", "PSH", "PSH", *reset]]
+
     def apply(self) -> None:
         self._ipt("-N", self.chain)
         self.active = True
         match = ["-p", "tcp", "-d", "127.0.0.1", "--dport", str(self.port), "-m", "owner", "--gid-owner"]
-        reset = ["-j", "REJECT", "--reject-with", "tcp-reset"]
-        # New connections and every segment that carries a request (PSH) are refused and reset the
-        # connection; a request already sent is answered as usual (pure ACKs pass), so the cut leaves no
-        # request whose fate the producer cannot know.
-        self._ipt("-A", self.chain, *match, str(self.gid), "--syn", *reset)
-        self._ipt("-A", self.chain, *match, str(self.gid), "--tcp-flags", "PSH", "PSH", *reset)
+        for rule in self.rules():
+            self._ipt("-A", self.chain, *match, str(self.gid), *rule)
         self._ipt("-I", "OUTPUT", "-j", self.chain)
 
     def remove(self) -> None:

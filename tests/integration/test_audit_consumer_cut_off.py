@@ -42,6 +42,7 @@ from kafka_plumbing.topics import ensure_topic
 from tests.conftest import HOST_NETWORK_GROUP
 
 from .helpers import CLUSTER, wait_for, wait_for_final_windows
+from .test_attribution import BrokerCut
 
 pytestmark = [
     pytest.mark.integration,
@@ -86,36 +87,14 @@ def leaders(bootstrap: str, topic: str) -> dict[int, int]:
     return wait_for(elected, 60, f"a leader for every partition of {topic}")
 
 
-class ConsumerCut:
-    """An iptables chain of this test's own that drops what processes of ``gid`` send to one local port.
+class ConsumerCut(BrokerCut):
+    """:class:`~tests.integration.test_attribution.BrokerCut`'s chain, dropping every packet instead of
+    resetting the connection: the consumer's fetches hang, as from a broker cut off the network."""
 
-    Jumped to from OUTPUT (loopback traffic passes it); removed in :meth:`remove` (jump, rule, chain),
-    never flushing a global chain, as other tests on the host may use iptables at the same time.
-    """
+    PREFIX = "KA-CUT"
 
-    def __init__(self, port: int, gid: int) -> None:
-        self.chain = f"KA-CUT-{os.getpid()}-{port}"
-        self.port, self.gid = port, gid
-        self.active = False
-
-    @staticmethod
-    def _ipt(*args: str, check: bool = True) -> None:
-        subprocess.run(["iptables", "-w", *args], check=check, capture_output=True)
-
-    def apply(self) -> None:
-        self._ipt("-N", self.chain)
-        self.active = True
-        match = ["-p", "tcp", "-d", "127.0.0.1", "--dport", str(self.port), "-m", "owner", "--gid-owner"]
-        self._ipt("-A", self.chain, *match, str(self.gid), "-j", "DROP")
-        self._ipt("-I", "OUTPUT", "-j", self.chain)
-
-    def remove(self) -> None:
-        if not self.active:
-            return
-        self._ipt("-D", "OUTPUT", "-j", self.chain, check=False)
-        self._ipt("-F", self.chain, check=False)
-        self._ipt("-X", self.chain, check=False)
-        self.active = False
+    def rules(self) -> list[list[str]]:
+        return [["-j", "DROP"]]
 
 
 def test_windows_of_a_partition_whose_leader_is_cut_off_close_only_once_read(tmp_path):
