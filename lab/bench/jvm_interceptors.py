@@ -37,6 +37,9 @@ Recorder (``-XX:StartFlightRecording``) into ``DIR/audited-producer.jfr`` and ``
 and print their CPU samples by thread and hottest methods (``jfr print --events jdk.ExecutionSample``), to
 see where an audited run's time goes.
 
+The consumer's counting alone, without a broker or a fetch (ns a record, against building the records):
+``lab/bench/java/ConsumerCountBench.java`` (how to run it is in its comment).
+
 Usage: python lab/bench/jvm_interceptors.py [--records N] [--kb-records N] [--consumer-records N]
        [--repeats R] [--jfr DIR]
 """
