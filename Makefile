@@ -17,7 +17,7 @@ demo: bootstrap  ## kafka-audit up on the embedded default: local Kafka + audit 
 test: bootstrap  ## lint + the layers contract + every test tier (unit and integration against the real local broker)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/mkdocs build --strict --quiet --site-dir var/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir var/site  # no end-of-life banner in the test log
 	VENV=$(VENV) bash scripts/test_tiers.sh  # JUnit (Maven Surefire) beside pytest's parallel tier, then the solo tier
 
 test-unit: bootstrap

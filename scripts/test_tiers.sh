@@ -5,6 +5,9 @@
 #     cluster; about 33 s of wall time for 11 s of CPU), so it runs in the background, its output kept in
 #     var/junit.log and printed only if it fails;
 #  2. then the solo tier (the soak) alone.
+# Why two workers: three finished the parallel tier in 21:17 against 22:16 for two (2026-11-26, same host) and
+# failed a finality-timing test (a window final after 40 s, bound 20 s): with two, each worker is busy to the end
+# (1,325 s and 1,251 s of tests), so a third mostly adds CPU contention.
 # Exits non-zero if any tier fails (JUnit's failure is reported after the parallel tier has finished).
 set -uo pipefail
 cd "$(dirname "$0")/.."
