@@ -1,7 +1,6 @@
 package io.kafkaaudit.interceptors;
 
 import java.nio.ByteBuffer;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -36,7 +35,7 @@ import org.apache.kafka.common.record.TimestampType;
  * jar the bootstrap builds:
  *
  * <pre>
- * CP=$(python -c 'from kafka_plumbing.jvm import classpath; from kafka_plumbing.interceptor_jar import interceptor_jar; print(classpath("kafka") + ":" + str(interceptor_jar()))')
+ * CP=$(.venv/bin/python -c 'from kafka_plumbing.jvm import classpath; from kafka_plumbing.interceptor_jar import interceptor_jar; print(classpath("kafka") + ":" + str(interceptor_jar()))')
  * javac -cp "$CP" -d /tmp/ccb lab/bench/java/ConsumerCountBench.java
  * java -Xmx512m -cp "/tmp/ccb:$CP" io.kafkaaudit.interceptors.ConsumerCountBench all 5000
  * </pre>
@@ -67,8 +66,9 @@ public final class ConsumerCountBench {
                     s >>>= 7;
                 }
                 fetched[n++] = (byte) s;
-                RecordHeaders headers = new RecordHeaders(new Header[] {
-                    new RecordHeader(ByteBuffer.wrap(fetched, 0, 2).slice(), ByteBuffer.wrap(fetched, 2, n - 2).slice())});
+                ByteBuffer key = ByteBuffer.wrap(fetched, 0, 2).slice();
+                ByteBuffer stamp = ByteBuffer.wrap(fetched, 2, n - 2).slice();
+                RecordHeaders headers = new RecordHeaders(new Header[] {new RecordHeader(key, stamp)});
                 list.add(new ConsumerRecord<>("bench", p, offsets[p]++, createTime + i / 50, TimestampType.CREATE_TIME,
                         -1, value.length, null, value, headers, Optional.empty()));
             }
@@ -86,21 +86,8 @@ public final class ConsumerCountBench {
         String mode = args.length > 0 ? args[0] : "all";
         int polls = args.length > 1 ? Integer.parseInt(args[1]) : 5_000;
         AuditSettings settings = AuditSettings.from(Map.of("bootstrap.servers", "127.0.0.1:1"), 1_000, 30_000);
-        ProducerAuditor.Sink none = new ProducerAuditor.Sink() {
-            @Override
-            public boolean send(String topic, byte[] key, byte[] value, long timestampMs, Iterable<Header> headers,
-                    AuditTopicWriter.Outcome outcome) {
-                return true;
-            }
-
-            @Override
-            public void flush(Duration timeout) {}
-
-            @Override
-            public void close(Duration timeout) {}
-        };
-        ConsumerAuditor auditor = new ConsumerAuditor(settings, "bench", none, (keys, budget) -> Map.of(),
-                System::currentTimeMillis, new InterceptorMetrics());
+        ConsumerAuditor auditor = new ConsumerAuditor(settings, "bench", new JitWarmUp.NoSink(),
+                (keys, budget) -> Map.of(), System::currentTimeMillis, new InterceptorMetrics());
         ConsumerPartition[] states = new ConsumerPartition[PARTITIONS];
         for (int p = 0; p < PARTITIONS; p++) {
             states[p] = new ConsumerPartition("bench", p, settings.windowMs(), settings.graceMs());

@@ -56,8 +56,8 @@ final class JitWarmUp {
 
     private JitWarmUp() {}
 
-    /** A sink that sends nothing (and reports every send as done). */
-    private static final class NoSink implements ProducerAuditor.Sink {
+    /** A sink that sends nothing (and reports every send as done); also lab/bench/java/ConsumerCountBench's. */
+    static final class NoSink implements ProducerAuditor.Sink {
         @Override
         public boolean send(String topic, byte[] key, byte[] value, long timestampMs, Iterable<Header> headers,
                 AuditTopicWriter.Outcome outcome) {
