@@ -45,32 +45,24 @@ public final class ConsumerCountBench {
     private static final int PER_PARTITION = 167; // about max.poll.records (500) a poll
     private static final int ROUNDS = 6;
     private static final byte[] ID = {1, 2, 3, 4, 5, 6, 7, 8};
+    private static final byte[] KEY = AuditStamp.KEY.getBytes(java.nio.charset.StandardCharsets.UTF_8);
 
     private long sequence;
     private final long[] offsets = new long[PARTITIONS];
-    private final byte[] value = new byte[100];
+    private final byte[] payload = new byte[100];
 
     private ConsumerRecords<byte[], byte[]> poll(long createTime) {
         Map<TopicPartition, List<ConsumerRecord<byte[], byte[]>>> m = new HashMap<>();
         for (int p = 0; p < PARTITIONS; p++) {
             List<ConsumerRecord<byte[], byte[]>> list = new ArrayList<>(PER_PARTITION);
             for (int i = 0; i < PER_PARTITION; i++) {
-                byte[] fetched = new byte[2 + AuditStamp.ID_BYTES + 10]; // key, then the value: as one fetch buffer
-                fetched[0] = '~';
-                fetched[1] = 'a';
-                System.arraycopy(ID, 0, fetched, 2, ID.length);
-                int n = 2 + AuditStamp.ID_BYTES;
-                long s = sequence++;
-                while (s >= 0x80) {
-                    fetched[n++] = (byte) ((s & 0x7f) | 0x80);
-                    s >>>= 7;
-                }
-                fetched[n++] = (byte) s;
-                ByteBuffer key = ByteBuffer.wrap(fetched, 0, 2).slice();
-                ByteBuffer stamp = ByteBuffer.wrap(fetched, 2, n - 2).slice();
-                RecordHeaders headers = new RecordHeaders(new Header[] {new RecordHeader(key, stamp)});
+                byte[] stamp = AuditStamp.encodeV2(ID, sequence++);
+                ByteBuffer fetched = ByteBuffer.allocate(KEY.length + stamp.length).put(KEY).put(stamp); // as one fetch
+                ByteBuffer key = fetched.slice(0, KEY.length);
+                ByteBuffer value = fetched.slice(KEY.length, stamp.length);
+                RecordHeaders headers = new RecordHeaders(new Header[] {new RecordHeader(key, value)});
                 list.add(new ConsumerRecord<>("bench", p, offsets[p]++, createTime + i / 50, TimestampType.CREATE_TIME,
-                        -1, value.length, null, value, headers, Optional.empty()));
+                        -1, payload.length, null, payload, headers, Optional.empty()));
             }
             m.put(new TopicPartition("bench", p), list);
         }
