@@ -11,7 +11,8 @@ What differs is how the clients get back into shape:
 * a fenced producer: a new producer takes the ``transactional.id`` back, then rewind; at most
   :data:`FENCED_RECOVERIES` times in :data:`FENCED_RECOVERY_WINDOW_S`;
 * a failed input consumer: abort, a new consumer takes the old member's place, and its assignment loads
-  the committed state; within the same kind of budget.
+  the committed state; within the same kind of budget. A rewind whose committed offsets cannot be read
+  through the input consumer ends the same way.
 """
 
 from __future__ import annotations
@@ -221,6 +222,22 @@ class TransactionRecovery:
         self.stats.aborted += 1
         self._rewind()
 
+    def _replace_consumer_instead(self, exc: AuditConsumerError) -> None:
+        """Rewind by replacing the input consumer, whose committed offsets could not be read.
+
+        Seen in the 5-minute soak: the group coordinator's broker was killed while a transaction hung,
+        the input consumer was fenced as a static member meanwhile, and the rewind's OffsetFetch through
+        it failed with NOT_COORDINATOR; the instance exited. Now the counts are dropped and the input
+        consumer counts as failed, so the poll loop's next turn runs :meth:`_recover_consumer` (abort what
+        is open, a new consumer, whose assignment loads the committed state and offsets), within its budget.
+        """
+        cause = exc.__cause__
+        err = cause.args[0] if isinstance(cause, KafkaException) else KafkaError(KafkaError._FAIL, str(exc))
+        log.warning("%s; replacing the input consumer (its assignment loads the committed state)", exc)
+        self._parts.clear()
+        self._at_end.clear()
+        self._consumer_failed = err
+
     def _recover_consumer(self) -> None:
         """Replace an input consumer that failed fatally: abort, a new consumer, its assignment rewinds.
 
@@ -279,17 +296,24 @@ class TransactionRecovery:
     def _rewind(self) -> None:
         """Reload state and seek to the committed offsets of every assigned partition.
 
+        Where the input consumer cannot read the committed offsets, it is replaced instead
+        (:meth:`_replace_consumer_instead`): the new consumer's assignment loads the same state.
+
         Raises:
-            AuditConsumerError: the state topic or the committed offsets cannot be read.
+            AuditConsumerError: the state topic cannot be read.
         """
         assigned = self._consumer.assignment()
         keys = [(p.topic, p.partition) for p in assigned]
         loaded = self._load_states(keys)
-        committed = (
-            {k: st.next_offset for k, st in loaded.items()}
-            if self.s.external_offsets
-            else {(tp.topic, tp.partition): tp.offset for tp in committed_offsets(self._consumer, assigned)}
-        )
+        if self.s.external_offsets:
+            committed = {k: st.next_offset for k, st in loaded.items()}
+        else:
+            try:
+                offsets = committed_offsets(self._consumer, assigned)
+            except AuditConsumerError as exc:
+                self._replace_consumer_instead(exc)
+                return
+            committed = {(tp.topic, tp.partition): tp.offset for tp in offsets}
         for key in keys:
             self._parts[key] = loaded.get(key) or PartitionCounts(
                 key[0], key[1], self.s.window_ms, self.s.grace_ms

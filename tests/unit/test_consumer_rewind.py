@@ -94,6 +94,29 @@ def test_a_rewind_leaves_no_partition_at_its_end(monkeypatch):
     c._producer.close()
 
 
+def test_a_rewind_whose_committed_offsets_cannot_be_read_replaces_the_input_consumer(monkeypatch):
+    """The 5-minute soak: a rewind after a hung transaction met NOT_COORDINATOR (the coordinator's broker
+    killed, the consumer fenced as a static member) and the instance exited. Now the input consumer counts
+    as failed: the counts are dropped and the poll loop replaces it (its assignment loads the state)."""
+    from audit_consumer.counts import PartitionCounts
+
+    c, real = _with_input(100)
+    not_coordinator = KafkaError(KafkaError.NOT_COORDINATOR, "Failed to get committed offsets")
+
+    def fails(partitions, timeout):
+        raise KafkaException(not_coordinator)
+
+    c._consumer.committed = fails
+    monkeypatch.setattr(c, "_load_states", lambda keys: {})
+    c._parts[("t", 0)] = PartitionCounts("t", 0, 1_000, 500)
+    c._at_end[("t", 0)] = 100
+    c._rewind()  # no AuditConsumerError
+    assert c._consumer_failed is not None and c._consumer_failed.code() == KafkaError.NOT_COORDINATOR
+    assert c._parts == {} and c._at_end == {} and c._consumer.sought == []
+    real.close()
+    c._producer.close()
+
+
 def test_the_wall_clock_closes_windows_only_where_the_partitions_end_is_confirmed():
     """The 5-minute soak's short window: the consumer's fetch from a leader cut off hung without an event,
     so the partition stayed "at its end" while messages were appended, and the wall clock closed them."""
