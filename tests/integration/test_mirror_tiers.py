@@ -37,6 +37,7 @@ from audit_consumer.ground_truth import tally, verify_topic
 from audit_consumer.settings import AuditConsumerSettings
 from audit_producer import ProducerAuditSettings
 from audit_producer.load import run_load
+from audit_record.finality import DEFAULT_MAX_FINAL_WAIT_MS
 from kafka_plumbing.local_cluster import KafkaCluster
 from kafka_plumbing.mirror import MirrorMaker
 from kafka_plumbing.topics import ensure_topic, read_to_end
@@ -51,6 +52,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 WINDOW_MS = 5_000
 GROUP = "app"
 TIERS = ("cluster:A", "cluster:B", f"consumer:{GROUP}")
+ADAPTIVE = {"max_final_wait_ms": DEFAULT_MAX_FINAL_WAIT_MS}  # the product's (tests/conftest.py sets 0)
 
 
 @dataclass
@@ -443,8 +445,7 @@ def test_mm2_stopped_30s_shows_gap_and_lag_fires_and_resolves_the_alert(
     # the application close their windows 120 s after the end, so that the backlog counts in them. The
     # job's adaptive finality (issue 37) makes a window final as soon as every tier holds what the tier
     # before it holds, bounded by max_final_wait_ms, so the results need not wait those 120 s.
-    adaptive = {"max_final_wait_ms": 310_000}
-    job = _job(c, n, tmp_path, grace_ms=30_000, **adaptive)
+    job = _job(c, n, tmp_path, grace_ms=30_000, **ADAPTIVE)
     provisional_gaps: list[dict[str, Any]] = []
 
     def on_results(_batch: int, rows: list[dict[str, Any]]) -> None:
@@ -467,8 +468,8 @@ def test_mm2_stopped_30s_shows_gap_and_lag_fires_and_resolves_the_alert(
     outage: dict[str, float] = {}
     try:
         with (
-            running_consumer(_consumer_settings(c, n, "A", grace_ms=15_000).model_copy(update=adaptive)),
-            running_consumer(_consumer_settings(c, n, "B", grace_ms=120_000).model_copy(update=adaptive)),
+            running_consumer(_consumer_settings(c, n, "A", grace_ms=15_000).model_copy(update=ADAPTIVE)),
+            running_consumer(_consumer_settings(c, n, "B", grace_ms=120_000).model_copy(update=ADAPTIVE)),
         ):
             app = Application(c, n, grace_ms=120_000)
             try:
@@ -585,17 +586,16 @@ def test_every_tier_is_final_by_proof_as_soon_as_it_holds_what_the_producers_ack
             heartbeat_ms=500,
             predict=False,
             retrain=False,
-            max_final_wait_ms=310_000,  # the product's (tests/conftest.py sets 0): 305 s + the settle time
+            **ADAPTIVE,  # 305 s + the settle time
             query_name=f"q-mm2-proof-{n['tag']}",
         ),
         listeners=[on_results],
     )
-    adaptive = {"max_final_wait_ms": 310_000}
     job.start()
     try:
         with (
-            running_consumer(_consumer_settings(c, n, "A", grace_ms=15_000).model_copy(update=adaptive)),
-            running_consumer(_consumer_settings(c, n, "B", grace_ms=20_000).model_copy(update=adaptive)),
+            running_consumer(_consumer_settings(c, n, "A", grace_ms=15_000).model_copy(update=ADAPTIVE)),
+            running_consumer(_consumer_settings(c, n, "B", grace_ms=20_000).model_copy(update=ADAPTIVE)),
         ):
             app = Application(c, n, grace_ms=20_000)
             try:
