@@ -234,6 +234,7 @@ class TransactionRecovery:
         cause = exc.__cause__
         err = cause.args[0] if isinstance(cause, KafkaException) else KafkaError(KafkaError._FAIL, str(exc))
         log.warning("%s; replacing the input consumer (its assignment loads the committed state)", exc)
+        # Dropped now, not at the replacement: a stop before the loop's next turn ends in a last commit.
         self._parts.clear()
         self._at_end.clear()
         self._consumer_failed = err
