@@ -120,7 +120,7 @@ static struct window *window_by_key(struct auditor *a, const rd_kafka_message_t 
     return w && !w->check_sequence ? w : NULL;
 }
 
-void audit_on_ack(struct auditor *a, const rd_kafka_message_t *m) {
+void audit_on_ack(struct auditor *a, rd_kafka_message_t *m) {
     rd_kafka_timestamp_type_t tstype;
     long long timestamp_ms = a->api->message_timestamp(m, &tstype);
     rd_kafka_resp_err_t err = m->err;
@@ -171,5 +171,6 @@ void audit_on_ack(struct auditor *a, const rd_kafka_message_t *m) {
     }
     if (!w->acks_changed)
         w->acks_changed = 1;
+    header_pool_give(a, m);
     pthread_mutex_unlock(&a->ack_lock);
 }

@@ -12,6 +12,8 @@
 #define INITIAL_RING_SLOTS ((size_t)1 << 16)
 #define LATENCY_BUCKETS 256 /* LatencyHistogram.java's: 4 sub-buckets per power of two */
 #define ACK_WINDOW_CACHE 16 /* direct-mapped (topic, window) -> window entries of on_acknowledgement's fast path */
+#define HEADER_POOL 32768   /* at most this many recycled stamp header lists per stack (header_pool.c) */
+#define HEADER_POOL_SWAP 64 /* on_send takes the acknowledgements' stack once it holds this many */
 
 /* kafka.audit.* settings (defaults: AuditSettings.java, audit_producer.settings). */
 struct audit_settings {
@@ -67,6 +69,19 @@ struct producer_report { /* ProducerConfig of the snapshots: the host client's s
     double linger_ms;
 };
 
+/* A stamp's header list kept for the next record (header_pool.c): the list, and its one `~a` value. */
+struct pooled_header {
+    rd_kafka_headers_t *headers;
+    void *value;
+    size_t value_len;
+};
+
+/* A stack of them, grown by doubling up to HEADER_POOL. */
+struct header_stack {
+    struct pooled_header *e;
+    int n, cap;
+};
+
 /* One audited producer instance, allocated CACHE_LINE-aligned (plugin.c's on_new); what on_send and
  * on_acknowledgement write per message are on cache lines of their own (as struct window's groups). */
 struct auditor {
@@ -104,11 +119,13 @@ struct auditor {
     _Alignas(CACHE_LINE) pthread_mutex_t lock;
     uint64_t last_sequence;
     struct window *last;
+    struct header_stack send_pool; /* header lists for on_send to reuse (header_pool.c) */
     /* on_acknowledgement's: the acknowledgement lock (taken after `lock` when both are needed) and its own */
     _Alignas(CACHE_LINE) pthread_mutex_t ack_lock;
     struct window *ack_last;                      /* the previous acknowledgement's window (auditor.c) */
     struct window *ack_windows[ACK_WINDOW_CACHE]; /* (topic, window start) -> window, direct-mapped */
     unsigned long long unattributed;
+    struct header_stack ack_pool; /* header lists the acknowledgements gave back */
 };
 
 long long now_ms(void);
@@ -119,15 +136,23 @@ static inline long long window_start(long long timestamp_ms, long long window_ms
     return timestamp_ms - (r < 0 ? r + window_ms : r);
 }
 
-/* auditor.c: on_send's counting and stamp, the window table, the plugin's thread and snapshots */
+/* auditor.c: on_send's counting and stamp, the window table, the plugin's thread and snapshots.
+ * audit_on_send: 0 with the stamp (at most 17 bytes) in stamp, *stamp_len, and, when reuse is not NULL, a
+ * pooled header list in reuse (its headers NULL if none); -1 if the message is not counted (nothing taken). */
 int audit_on_send(struct auditor *a, const char *topic, long long timestamp_ms, long long value_bytes,
-                  unsigned char *stamp, size_t *stamp_len);
+                  unsigned char *stamp, size_t *stamp_len, struct pooled_header *reuse);
 void *audit_thread(void *arg);
 void audit_free_windows(struct auditor *a);
 void audit_release_window(struct auditor *a, uint64_t wid);
 
 /* acknowledgements.c: on_acknowledgement's counting */
-void audit_on_ack(struct auditor *a, const rd_kafka_message_t *m);
+void audit_on_ack(struct auditor *a, rd_kafka_message_t *m);
+
+/* header_pool.c: the stamp's header lists, recycled from acknowledgements to on_send */
+/* A pooled list (its value and length in *value, *value_len), or NULL; under the send lock. */
+rd_kafka_headers_t *header_pool_take(struct auditor *a, void **value, size_t *value_len);
+void header_pool_give(struct auditor *a, rd_kafka_message_t *m); /* under the acknowledgement lock */
+void header_pool_free(struct auditor *a);                         /* under both locks, at the end */
 
 /* reader.c: auditors in reader mode (kafka.audit.emit=false), shared by the client instances of one id */
 struct auditor *registry_attach(const char *id_text); /* the open auditor of that id, its refs + 1; or NULL */

@@ -190,7 +190,7 @@ static void grow_ring(struct auditor *a, uint64_t seq) {
 }
 
 int audit_on_send(struct auditor *a, const char *topic, long long timestamp_ms, long long value_bytes,
-                  unsigned char *stamp, size_t *stamp_len) {
+                  unsigned char *stamp, size_t *stamp_len, struct pooled_header *reuse) {
     uint64_t seq;
     pthread_mutex_lock(&a->lock);
     if (a->closed) {
@@ -231,6 +231,8 @@ int audit_on_send(struct auditor *a, const char *topic, long long timestamp_ms, 
         }
     }
     __atomic_store_n(&a->ring[i], w->slot, __ATOMIC_RELAXED);
+    if (reuse)
+        reuse->headers = header_pool_take(a, &reuse->value, &reuse->value_len);
     pthread_mutex_unlock(&a->lock);
     memcpy(stamp, a->id, 8);
     size_t n = 8;

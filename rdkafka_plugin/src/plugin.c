@@ -410,13 +410,24 @@ static rd_kafka_resp_err_t on_send(rd_kafka_t *rk, rd_kafka_message_t *m, void *
     long long ts = api->message_timestamp(m, &tstype);
     if (ts <= 0)
         ts = now_ms();
-    if (audit_on_send(a, api->topic_name(m->rkt), ts, (long long)m->len, stamp, &len))
-        return RD_KAFKA_RESP_ERR_NO_ERROR;
     rd_kafka_headers_t *h = NULL;
+    int has_headers = api->message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR && h;
+    struct pooled_header reuse = {0};
+    if (audit_on_send(a, api->topic_name(m->rkt), ts, (long long)m->len, stamp, &len, has_headers ? NULL : &reuse))
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
     rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR__FAIL;
-    if (api->message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR && h) {
+    if (has_headers) {
         api->header_remove(h, "~a"); /* an upstream stamp copied along: this instance's is the message's */
         err = api->header_add(h, "~a", 2, stamp, (ssize_t)len);
+    } else if ((h = reuse.headers)) { /* a recycled list of one stamp (header_pool.c) */
+        if (reuse.value_len == len) {
+            memcpy(reuse.value, stamp, len);
+            err = RD_KAFKA_RESP_ERR_NO_ERROR;
+        } else {
+            api->header_remove(h, "~a");
+            err = api->header_add(h, "~a", 2, stamp, (ssize_t)len);
+        }
+        api->message_set_headers(m, h);
     } else if ((h = api->headers_new(1))) {
         err = api->header_add(h, "~a", 2, stamp, (ssize_t)len);
         api->message_set_headers(m, h);
@@ -428,7 +439,7 @@ static rd_kafka_resp_err_t on_send(rd_kafka_t *rk, rd_kafka_message_t *m, void *
 
 static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *ic_opaque) {
     (void)rk;
-    audit_on_ack(ic_opaque, m);
+    audit_on_ack(ic_opaque, m); /* counts it, and takes back its stamp's header list (header_pool.c) */
     return RD_KAFKA_RESP_ERR_NO_ERROR;
 }
 
@@ -452,6 +463,7 @@ static rd_kafka_resp_err_t on_destroy(rd_kafka_t *rk, void *ic_opaque) {
     pthread_mutex_lock(&a->ack_lock);
     a->closed = 1;
     audit_free_windows(a);
+    header_pool_free(a);
     free(a->ring);
     a->ring = NULL;
     a->ring_len = 0;
