@@ -94,14 +94,22 @@ def running_consumer(settings: AuditConsumerSettings) -> Iterator[AuditConsumer]
 
 
 def all_windows_final(config: dict[str, str], topic: str, audit_topic: str) -> bool:
-    """True when every producer window of ``topic`` has final cluster-tier snapshots only."""
+    """True when every producer window of ``topic`` has final cluster-tier snapshots only.
+
+    A window whose producers' finals acknowledged nothing (every record failed, e.g. through a lossy link)
+    needs none: the audit consumer reports only what it reads, and such a window may hold nothing (the
+    product shows it as 100% loss, ``spark_streaming.settings`` ``clusters``); if it does hold a record (a
+    failed send the broker appended), that window's cluster snapshots must be final too.
+    """
     log = read_audit_log(config, audit_topic)
-    produced = {r.window_start_ms for r in log.tier(PRODUCER_TIER) if r.topic == topic}
+    producers = [r for r in log.tier(PRODUCER_TIER) if r.topic == topic]
+    produced = {r.window_start_ms for r in producers}
+    acknowledged = {r.window_start_ms for r in producers if r.acknowledged > 0}
     cluster = [r for r in log.tier(cluster_tier(CLUSTER)) if r.topic == topic]
     final = {r.window_start_ms for r in cluster if r.final}
     open_ = {r.window_start_ms for r in cluster if not r.final}
-    producers_final = all(r.final for r in log.tier(PRODUCER_TIER) if r.topic == topic)
-    return bool(produced) and produced <= final and not open_ and producers_final
+    producers_final = all(r.final for r in producers)
+    return bool(produced) and acknowledged <= final and not open_ and producers_final
 
 
 def windows_state(config: dict[str, str], topic: str, audit_topic: str) -> dict[int, list[tuple[Any, ...]]]:
