@@ -8,14 +8,21 @@
  * next stamp of the same length is written over the previous one in place, one of another length (the
  * sequence's varint grew a byte) replaces the header.
  *
- * Ownership, by librdkafka's contract: a record's headers belong to the record once produce() returned
- * successfully; rd_kafka_message_detach_headers() hands them to the caller. Only a successful
- * acknowledgement recycles (a failed produce() may leave an application's header list in the application's
- * hands), and only a list of exactly one `~a` header: an application's own headers are never taken, and its
- * delivery report then shows the record's headers as the application gave them (none). The value is written
- * in place through the pointer rd_kafka_header_get_last() returns: a header is one allocation whose value
- * follows its name (rdkafka_header.h), and an equal length keeps its serialized size, which the list
- * counted when the header was added.
+ * Ownership: a record's headers belong to librdkafka once produce() returned successfully, and
+ * rd_kafka_message_detach_headers() hands them to the caller. rdkafka.h calls the message immutable in
+ * on_acknowledgement, as in on_send (plugin.c); detaching there is safe because of how librdkafka works, not
+ * by its contract: an acknowledgement with err 0 is final (retried records leave the batch before the
+ * delivery report, rd_kafka_dr_msgq0; the produce() failures that call on_acknowledgement all set an error),
+ * the record's bytes were already copied into the request (rd_kafka_msgset_writer), and the only later reader
+ * of rkm_headers is rd_kafka_msg_destroy, which checks for NULL (checked in librdkafka 2.0.2, kcat's, and the
+ * current sources). An interceptor after this one and the application's delivery report then see no headers.
+ * Only a successful acknowledgement recycles (a failed produce() may leave an application's header list in
+ * the application's hands), and only a list of exactly one `~a` header: a record produced without headers,
+ * with an empty list, or with a list holding only an upstream `~a` (replaced by this instance's); a list with
+ * any other header is never taken. The value is written in place through the pointer
+ * rd_kafka_header_get_last() returns: a header is one allocation whose value follows its name
+ * (rdkafka_header.h), its serialized size depends only on the name's and the value's lengths (the message
+ * set writer asserts it), and nothing caches a message's header size.
  *
  * Reading the list in on_acknowledgement (its count and its `~a` header) costs the broker thread the loads
  * that finding the window by key saves (acknowledgements.c); the whole is cheaper, measured against the build
@@ -27,8 +34,10 @@
  * at least HEADER_POOL_SWAP lists (read without the lock: a stale count only delays the swap), so it takes
  * the acknowledgement lock once per that many records at most. A stack grows by doubling with the records in
  * flight (one response acknowledges a whole batch at once: at 8,192 a stack, 14-20% of the lists of a
- * 100-byte run were still freed; at 32,768, 2%) and stays bounded: at most 2 x HEADER_POOL lists (~100
- * bytes each) are pooled; the acknowledgements beyond that leave theirs to librdkafka, as before. */
+ * 100-byte run were still freed; at 32,768, 2%) and stays bounded: at most 2 x HEADER_POOL lists (three
+ * allocations, ~170 bytes of heap each: ~11 MB with the stacks' arrays, after a burst of that many records in
+ * flight) are pooled, and kept until the client is destroyed; the acknowledgements beyond that leave theirs
+ * to librdkafka, as before. */
 #include <stdlib.h>
 #include <string.h>
 
