@@ -26,7 +26,15 @@ from predictor.kpi import Weights, gamma
 from spark_streaming.job import ReconciliationJob
 from spark_streaming.results import final_results, read_results
 
-from .helpers import CLUSTER, PINNED_LOSS_PCT, PinnedLoss, consumer_settings, running_consumer, wait_for
+from .helpers import (
+    CLUSTER,
+    PINNED_LOSS_PCT,
+    PinnedLoss,
+    consumer_settings,
+    running_consumer,
+    wait_for,
+    windows_state,
+)
 from .test_spark_reconciliation import job_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -64,8 +72,10 @@ def test_final_windows_carry_prediction_gamma_suggestion_metrics_and_alert(
                 "message.timeout.ms": 500,
                 "statistics.interval.ms": 500,
             }
-            first_ms = time.time_ns() // 1_000_000
             with AuditedProducer(config, audit) as producer:
+                # after the producer started (1-2 s): taken before it, a window boundary in between made the
+                # test wait for a window no message was in
+                first_ms = time.time_ns() // 1_000_000
                 stop_at = time.monotonic() + 2.2 * WINDOW_MS / 1000
                 i = 0
                 while time.monotonic() < stop_at:
@@ -81,7 +91,14 @@ def test_final_windows_carry_prediction_gamma_suggestion_metrics_and_alert(
                 finals = final_results(read_results(kconfig, settings.results_topic))
                 return sent_windows <= {w for (t, w, _) in finals if t == topic}
 
-            wait_for(all_final, 120, "final results of the load's windows")
+            try:
+                wait_for(all_final, 120, "final results of the load's windows")
+            except AssertionError as exc:  # say which windows are missing and what each tier reported
+                rows = [r for r in read_results(kconfig, settings.results_topic) if r["topic"] == topic]
+                got = sorted((r["window_start_ms"], r["state"], r["sent"], r.get("received")) for r in rows)
+                state = windows_state(kconfig, topic, audit_topics["audit_topic"])
+                windows = sorted(sent_windows)
+                raise AssertionError(f"{exc}; windows {windows}; results {got}; snapshots {state}") from exc
     finally:
         job.stop()
 
