@@ -23,13 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # producer.py, this fo
 
 import os
 import statistics
-import tempfile
-import uuid
 
 import producer as bench
-
-from kafka_plumbing.local_cluster import KafkaCluster
-from kafka_plumbing.topics import ensure_topic
 
 
 def main() -> None:
@@ -39,26 +34,17 @@ def main() -> None:
     builds = dict(a.split("=", 1) for a in sys.argv[3:])
     workload = "JSON web-log" if os.environ.get("WORKLOAD") == "JSON" else "100-byte"
     runs: dict[str, list[tuple[float, float, float]]] = {"bare": [], **{b: [] for b in builds}}
-    with tempfile.TemporaryDirectory() as tmp:
-        cluster = KafkaCluster.create(Path(tmp), brokers=1)
-        cluster.start()
-        try:
-            conf = {"bootstrap.servers": cluster.bootstrap_servers}
-            tag = uuid.uuid4().hex[:8]
-            audit_topic, topic = f"bench.audit.{tag}", f"bench.producer.{tag}"
-            ensure_topic(conf, topic, 3)
-            bench.run_broker(bench.BARE, workload, conf, topic, bench.WARM_UP, audit_topic)
-            for r in range(rounds):
-                for name in runs:
-                    if name != "bare":
-                        os.environ["KAFKA_AUDIT_RDKAFKA_PLUGIN"] = builds[name]
-                    kind = bench.BARE if name == "bare" else bench.PLUGIN
-                    out = bench.run_broker(kind, workload, conf, topic, n, audit_topic)
-                    runs[name].append(out)
-                    rate, cpu, app = out
-                    print(f"round {r + 1} {name}: {rate:,.0f} msgs/s, CPU {cpu:.3f} us/msg (app {app:.3f})")
-        finally:
-            cluster.stop()
+    with bench.local_broker() as (conf, topic, audit_topic):
+        bench.run_broker(bench.BARE, workload, conf, topic, bench.WARM_UP, audit_topic)
+        for r in range(rounds):
+            for name in runs:
+                if name != "bare":
+                    os.environ["KAFKA_AUDIT_RDKAFKA_PLUGIN"] = builds[name]
+                kind = bench.BARE if name == "bare" else bench.PLUGIN
+                out = bench.run_broker(kind, workload, conf, topic, n, audit_topic)
+                runs[name].append(out)
+                rate, cpu, app = out
+                print(f"round {r + 1} {name}: {rate:,.0f} msgs/s, CPU {cpu:.3f} us/msg (app {app:.3f})")
     base = statistics.median(rate for rate, _, _ in runs["bare"])
     print(f"{workload}, {n:,} messages a run, medians of {rounds} rounds:")
     for name, rs in runs.items():

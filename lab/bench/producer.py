@@ -309,6 +309,25 @@ def run_broker(
     return n / elapsed, cpu / n * 1e6, app / n * 1e6
 
 
+@contextlib.contextmanager
+def local_broker(console: Console | None = None) -> Iterator[tuple[dict[str, str], str, str]]:
+    """A one-broker local cluster for the runs: yields its client config, the 3-partition topic and the
+    audit topic's name (created by the first audited producer's check()); stopped on exit. With a
+    ``console``, a status line while Kafka starts."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = KafkaCluster.create(Path(tmp), brokers=1)
+        with console.status("starting Kafka ...") if console else contextlib.nullcontext():
+            cluster.start()
+        try:
+            conf = {"bootstrap.servers": cluster.bootstrap_servers}
+            tag = uuid.uuid4().hex[:8]
+            audit_topic, topic = f"bench.audit.{tag}", f"bench.producer.{tag}"
+            ensure_topic(conf, topic, 3)
+            yield conf, topic, audit_topic
+        finally:
+            cluster.stop()
+
+
 def run_offline(name: str, workload: str, n: int) -> tuple[float, float, float]:
     """CPU time of the calling thread per produce() call, ns, with no broker (messages purged after)."""
     producer = make_producer(name, dict(OFFLINE), "bench.audit.offline")
@@ -470,27 +489,17 @@ def main() -> None:
         with quiet_stderr():
             results = rounds(args.repeats, counts, lambda w, name, n: run_offline(name, w, n), console)
     else:
-        with tempfile.TemporaryDirectory() as tmp:
-            cluster = KafkaCluster.create(Path(tmp), brokers=1)
-            with console.status("starting Kafka ..."):
-                cluster.start()
-            try:
-                conf = {"bootstrap.servers": cluster.bootstrap_servers}
-                tag = uuid.uuid4().hex[:8]
-                audit_topic, topic = f"bench.audit.{tag}", f"bench.producer.{tag}"
-                ensure_topic(conf, topic, 3)  # the audit topic: created by the first check()
-                with console.status("warming up ..."):  # every producer: the broker's JIT meets stamps too
-                    for workload in counts:
-                        for name in selected:
-                            run_broker(name, workload, conf, topic, WARM_UP, audit_topic)
-                results = rounds(
-                    args.repeats,
-                    counts,
-                    lambda w, name, n: run_broker(name, w, conf, topic, n, audit_topic),
-                    console,
-                )
-            finally:
-                cluster.stop()
+        with local_broker(console) as (conf, topic, audit_topic):
+            with console.status("warming up ..."):  # every producer: the broker's JIT meets stamps too
+                for workload in counts:
+                    for name in selected:
+                        run_broker(name, workload, conf, topic, WARM_UP, audit_topic)
+            results = rounds(
+                args.repeats,
+                counts,
+                lambda w, name, n: run_broker(name, w, conf, topic, n, audit_topic),
+                console,
+            )
     console.print(table(results, counts, args.no_broker))
     console.print(f"load average at the start {load_start}, at the end {load_now()}")
 
