@@ -10,6 +10,7 @@
 #define AUDIT_LIBRARY "kafka-audit-librdkafka"
 #define AUDIT_VERSION "0.1.0"
 #define INITIAL_RING_SLOTS ((size_t)1 << 16)
+#define RING_BLOCK 1024 /* on_send asks whether the ring must grow once per this many sequences (auditor.c) */
 #define LATENCY_BUCKETS 256 /* LatencyHistogram.java's: 4 sub-buckets per power of two */
 #define ACK_WINDOW_CACHE 16 /* direct-mapped (topic, window) -> window entries of on_acknowledgement's fast path */
 #define HEADER_POOL 32768   /* at most this many recycled stamp header lists per stack (header_pool.c) */
