@@ -5,10 +5,49 @@ import java.util.Map;
 import java.util.TreeMap;
 
 /**
- * The audited producer's counts of one (topic, window): what {@code onSend} stamped into it and what the
- * acknowledgements said, per partition. Guarded by its {@link ProducerAuditor}'s lock.
+ * What {@code onSend} writes into a window (under the send lock) and what both sides read: the first fields of
+ * a {@link ProducerWindow}, laid out before its padding (a superclass's fields come first).
  */
-final class ProducerWindow {
+abstract class ProducerWindowSendSide {
+    final String topic;
+    final long start;
+    final long end;
+    short slot;
+    long sent;
+    volatile long firstSequence = -1;
+    long lastSequence = -1;
+    long lastSendMs;
+    boolean dirty;
+    volatile ProducerWindow.State state = ProducerWindow.State.OPEN;
+    /** Fills the last byte beside {@link #dirty}, which the layout would otherwise give a subclass's boolean. */
+    byte fill;
+
+    ProducerWindowSendSide(String topic, long start, long end, short slot) {
+        this.topic = topic;
+        this.start = start;
+        this.end = end;
+        this.slot = slot;
+    }
+}
+
+/**
+ * A cache line and more between what {@code onSend} and what {@code onAcknowledgement} write for every record:
+ * on one line, the application's thread and the client's I/O thread took it from each other twice a record.
+ */
+abstract class ProducerWindowPadding extends ProducerWindowSendSide {
+    long p0, p1, p2, p3, p4, p5, p6, p7, p8;
+
+    ProducerWindowPadding(String topic, long start, long end, short slot) {
+        super(topic, start, end, slot);
+    }
+}
+
+/**
+ * The audited producer's counts of one (topic, window): what {@code onSend} stamped into it
+ * ({@link ProducerWindowSendSide}) and what the acknowledgements said, per partition (the fields here, written
+ * under the acknowledgement lock). Guarded by its {@link ProducerAuditor}'s locks.
+ */
+final class ProducerWindow extends ProducerWindowPadding {
     /** Lifecycle: counting; final snapshot sent and awaiting the audit topic's acknowledgement; done. */
     enum State { OPEN, FINAL_PENDING, DONE }
 
@@ -20,21 +59,11 @@ final class ProducerWindow {
         long lastOffset = -1;
     }
 
-    final String topic;
-    final long start;
-    final long end;
-    short slot;
-    long sent;
     long acknowledged;
     long failed;
     long bytes;
-    volatile long firstSequence = -1;
-    long lastSequence = -1;
-    long lastSendMs;
-    boolean dirty;
     /** Set under the acknowledgement lock when an acknowledgement changed the counts; the tick turns it into dirty. */
     boolean acksChanged;
-    volatile State state = State.OPEN;
     final Map<Integer, Partition> partitions = new HashMap<>();
     final LatencyHistogram latency = new LatencyHistogram();
     /** {@link #partitions} by partition id + 1 (0: unassigned, -1), for ids below {@link #DIRECT_PARTITIONS}. */
@@ -44,10 +73,7 @@ final class ProducerWindow {
     static final int DIRECT_PARTITIONS = 4096;
 
     ProducerWindow(String topic, long start, long windowMs, short slot) {
-        this.topic = topic;
-        this.start = start;
-        this.end = start + windowMs;
-        this.slot = slot;
+        super(topic, start, start + windowMs, slot);
     }
 
     /** @return the counts of a partition (-1: the message failed before it was assigned one) */
