@@ -400,6 +400,13 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, v
     return RD_KAFKA_RESP_ERR_NO_ERROR;
 }
 
+/* Replace the `~a` headers of list h, if any, with the stamp. */
+static rd_kafka_resp_err_t replace_stamp(const struct rk_api *api, rd_kafka_headers_t *h, const unsigned char *stamp,
+                                         size_t len) {
+    api->header_remove(h, "~a");
+    return api->header_add(h, "~a", 2, stamp, (ssize_t)len);
+}
+
 static rd_kafka_resp_err_t on_send(rd_kafka_t *rk, rd_kafka_message_t *m, void *ic_opaque) {
     (void)rk;
     struct auditor *a = ic_opaque;
@@ -416,16 +423,14 @@ static rd_kafka_resp_err_t on_send(rd_kafka_t *rk, rd_kafka_message_t *m, void *
     if (audit_on_send(a, api->topic_name(m->rkt), ts, (long long)m->len, stamp, &len, has_headers ? NULL : &reuse))
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR__FAIL;
-    if (has_headers) {
-        api->header_remove(h, "~a"); /* an upstream stamp copied along: this instance's is the message's */
-        err = api->header_add(h, "~a", 2, stamp, (ssize_t)len);
+    if (has_headers) { /* an upstream stamp copied along is replaced: this instance's is the message's */
+        err = replace_stamp(api, h, stamp, len);
     } else if ((h = reuse.headers)) { /* a recycled list of one stamp (header_pool.c) */
         if (reuse.value_len == len) {
             memcpy(reuse.value, stamp, len);
             err = RD_KAFKA_RESP_ERR_NO_ERROR;
-        } else {
-            api->header_remove(h, "~a");
-            err = api->header_add(h, "~a", 2, stamp, (ssize_t)len);
+        } else { /* the sequence's varint grew */
+            err = replace_stamp(api, h, stamp, len);
         }
         api->message_set_headers(m, h);
     } else if ((h = api->headers_new(1))) {
