@@ -12,6 +12,8 @@ Consumers, ``kafka-consumer-perf-test`` (``ConsumerPerformance``, a new group pe
 offset) on 100-byte records that the audited producer wrote (so every record carries a stamp to count):
 
   * bare: no interceptor
+  * floor: ``StampReadOnlyConsumerInterceptor`` (``lab/bench/java``, compiled here against the interceptors'
+    jar): every record's stamp read in place as the audited consumer reads it, nothing else
   * audited: ``io.kafkaaudit.interceptors.AuditConsumerInterceptor``
 
 Rate = the tool's own figure: the producer's ``records/sec`` over its send loop (JVM start excluded), the
@@ -19,7 +21,7 @@ consumer's ``fetch.nMsg.sec`` (rebalance time excluded). Against a local one-bro
 starts, on the same host: the broker shares the CPU. Every producer run writes into a 3-partition topic of its
 own, deleted after it, so every run starts from an empty log. The runs interleave: every
 floor, audited run is between two bare runs (B F B A B per workload and round, the order of F and A
-alternating per round; B A B for the consumer), and its ratio is taken against the mean rate of those two
+alternating per round), and its ratio is taken against the mean rate of those two
 neighbours, so load drifting over seconds shifts both sides of a ratio alike. Each cell is the median
 over ``--repeats`` rounds (at least 3). The load average is printed before and after.
 
@@ -74,6 +76,7 @@ from kafka_plumbing.topics import ensure_topic
 
 JAVA_DIR = Path(__file__).parent / "java"
 FLOOR = "StampOnlyInterceptor"
+CONSUMER_FLOOR = "StampReadOnlyConsumerInterceptor"
 AUDIT_TOPIC = "__kafka_audit_bench"
 SHM = Path("/dev/shm")
 """A tmpfs: the broker's log writes cost no disk writeback, whose bursts made 1-KiB runs vary by +-20%."""
@@ -96,11 +99,13 @@ def commit() -> str:
 
 
 def compile_floor(out: Path) -> Path:
-    """Compile ``java/StampOnlyInterceptor.java`` against kafka-clients into ``out``."""
+    """Compile the floors (``java/StampOnlyInterceptor.java``, ``java/StampReadOnlyConsumerInterceptor.java``)
+    against kafka-clients and the interceptors' jar into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     javac = str(Path(java_executable()).with_name("javac"))
-    src = str(JAVA_DIR / f"{FLOOR}.java")
-    subprocess.run([javac, "-d", str(out), "-cp", classpath("kafka"), src], check=True)
+    srcs = [str(JAVA_DIR / f"{name}.java") for name in (FLOOR, CONSUMER_FLOOR)]
+    cp = os.pathsep.join([classpath("kafka"), str(interceptor_jar())])
+    subprocess.run([javac, "-d", str(out), "-cp", cp, *srcs], check=True)
     return out
 
 
@@ -209,7 +214,9 @@ class Bench:
         group = f"bench-{variant}-{self.groups[variant]}-{os.getpid()}"
         config = work / f"{group}.properties"
         lines = [f"client.id={group}", "auto.offset.reset=earliest"]
-        if variant == "audited":
+        if variant == "floor":
+            lines.append(f"interceptor.classes=io.kafkaaudit.interceptors.{CONSUMER_FLOOR}")
+        elif variant == "audited":
             lines += [f"interceptor.classes={CONSUMER_INTERCEPTOR}", f"kafka.audit.topic={AUDIT_TOPIC}"]
         config.write_text("\n".join(lines) + "\n")
         out = self._java(
@@ -296,9 +303,9 @@ def main() -> None:
                         rows[("producer", size, v)].append(cell)
                 runs = {
                     v: (lambda v=v: bench.consume(v, "bench-consume", args.consumer_records, work))
-                    for v in ("bare", "audited")
+                    for v in ("bare", "floor", "audited")
                 }
-                for v, cell in interleaved(runs, ["audited"]).items():
+                for v, cell in interleaved(runs, order).items():
                     rows[("consumer", 100, v)].append(cell)
             if args.jfr is not None:
                 args.jfr.mkdir(parents=True, exist_ok=True)
@@ -342,7 +349,9 @@ def main() -> None:
     for (tool, size, variant), cells in sorted(
         rows.items(), key=lambda kv: (kv[0][0] == "consumer", kv[0][1], rank[kv[0][2]])
     ):
-        name = "AuditConsumerInterceptor" if tool == "consumer" and variant == "audited" else names[variant]
+        name = names[variant]
+        if tool == "consumer" and variant != "bare":
+            name = "AuditConsumerInterceptor" if variant == "audited" else f"floor: {CONSUMER_FLOOR}"
         rate = statistics.median(c[0] for c in cells)
         ratio = statistics.median(c[1] for c in cells)
         target = TARGETS.get((tool, size)) if variant == "audited" else None
