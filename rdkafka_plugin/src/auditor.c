@@ -35,6 +35,11 @@ static void log_failure(struct auditor *a, const char *what, const char *detail)
                 what, detail, n);
 }
 
+/* Whether every record counted in window w has an acknowledgement or a failure (ProducerWindow.accounted). */
+static int window_accounted(const struct window *w) {
+    return w->acknowledged + w->failed >= w->sent;
+}
+
 static void free_window(struct window *w) {
     for (int p = 0; p < w->n_partitions; p++)
         free(w->partitions[p].errors);
@@ -85,7 +90,7 @@ static void remove_window(struct auditor *a, struct window *w, int keep) {
             a->ack_windows[i] = NULL;
     if (a->ack_last == w)
         a->ack_last = NULL;
-    if (w->acknowledged + w->failed < w->sent)
+    if (!window_accounted(w))
         a->removed_in_flight++; /* its records' acknowledgements may still come */
     a->open--;
     if (keep && a->retired)
@@ -112,7 +117,7 @@ void audit_release_window(struct auditor *a, uint64_t wid) {
     for (int s = 1; s <= a->s.max_windows; s++) {
         struct window *w = a->by_slot[s];
         if (w && w->wid == wid) {
-            if (w->acknowledged + w->failed >= w->sent)
+            if (window_accounted(w))
                 remove_window(a, w, 0);
             return;
         }
@@ -199,7 +204,7 @@ static int ring_block_in_flight(const struct auditor *a, size_t i) {
     uint16_t ends[2] = {a->ring[i], a->ring[(i + RING_BLOCK - 1) & (a->ring_len - 1)]};
     for (int k = 0; k < 2; k++) {
         const struct window *w = ends[k] ? a->by_slot[ends[k]] : NULL;
-        if (w && w->acknowledged + w->failed < w->sent)
+        if (w && !window_accounted(w))
             return 1;
     }
     return 0;
@@ -351,7 +356,7 @@ static int tick(struct auditor *a, int close_all) {
         }
         if (w->state != WINDOW_OPEN)
             continue;
-        int accounted = w->acknowledged + w->failed >= w->sent;
+        int accounted = window_accounted(w);
         int closing = close_all ||
                       (now >= w->end + a->s.grace_ms &&
                        (accounted || now >= w->end + a->report.message_timeout_ms + a->s.delivery_margin_ms));

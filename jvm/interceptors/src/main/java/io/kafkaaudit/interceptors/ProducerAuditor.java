@@ -173,7 +173,7 @@ final class ProducerAuditor {
 
     private boolean inFlight(short slot) {
         ProducerWindow w = slot == 0 ? null : bySlot[slot];
-        return w != null && w.acknowledged + w.failed < w.sent;
+        return w != null && !w.accounted();
     }
 
     /** Double the ring, keeping the slots of the sequences before {@code seq} it still holds. Under the send lock. */
@@ -298,10 +298,10 @@ final class ProducerAuditor {
                     long ts = md.timestamp();
                     w = m.get(ts - Math.floorMod(ts, settings.windowMs()));
                 }
-                if (w == null || w.acknowledged + w.failed >= w.sent) {
+                if (w == null || w.accounted()) {
                     w = null;
                     for (ProducerWindow c : m.values()) {
-                        if (c.acknowledged + c.failed < c.sent && (w == null || c.start < w.start)) {
+                        if (!c.accounted() && (w == null || c.start < w.start)) {
                             w = c;
                         }
                     }
