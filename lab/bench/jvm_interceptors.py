@@ -344,14 +344,17 @@ def main() -> None:
     )
     for col in columns:
         table.add_column(col, justify="left" if col in ("tool", "interceptor") else "right")
-    names = {"bare": "none (bare)", "floor": f"floor: {FLOOR}", "audited": "AuditProducerInterceptor"}
+    names = {
+        ("producer", "floor"): f"floor: {FLOOR}",
+        ("producer", "audited"): "AuditProducerInterceptor",
+        ("consumer", "floor"): f"floor: {CONSUMER_FLOOR}",
+        ("consumer", "audited"): "AuditConsumerInterceptor",
+    }
     rank = {"bare": 0, "floor": 1, "audited": 2}
     for (tool, size, variant), cells in sorted(
         rows.items(), key=lambda kv: (kv[0][0] == "consumer", kv[0][1], rank[kv[0][2]])
     ):
-        name = names[variant]
-        if tool == "consumer" and variant != "bare":
-            name = "AuditConsumerInterceptor" if variant == "audited" else f"floor: {CONSUMER_FLOOR}"
+        name = names.get((tool, variant), "none (bare)")
         rate = statistics.median(c[0] for c in cells)
         ratio = statistics.median(c[1] for c in cells)
         target = TARGETS.get((tool, size)) if variant == "audited" else None
