@@ -39,11 +39,18 @@ Recorder (``-XX:StartFlightRecording``) into ``DIR/audited-producer.jfr`` and ``
 and print their CPU samples by thread and hottest methods (``jfr print --events jdk.ExecutionSample``), to
 see where an audited run's time goes.
 
+``--consumer-variant NAME=PROPERTY=VALUE,...`` (repeatable): consumers only, with a row per variant of
+``AuditConsumerInterceptor`` (those client properties added; ``{group}`` in a value is the run's group), the
+variants' order rotating by one each round; e.g. what the flushes cost, with a snapshot interval longer than
+the run and no automatic commit (whose ``onCommit`` also flushes):
+``--consumer-records 30000000 --repeats 4 --consumer-variant
+quiet=kafka.audit.snapshot.interval.ms=600000,enable.auto.commit=false``.
+
 The consumer's counting alone, without a broker or a fetch (ns a record, against building the records):
 ``lab/bench/java/ConsumerCountBench.java`` (how to run it is in its comment).
 
 Usage: python lab/bench/jvm_interceptors.py [--records N] [--kb-records N] [--consumer-records N]
-       [--repeats R] [--jfr DIR]
+       [--repeats R] [--jfr DIR] [--consumer-variant NAME=PROPERTY=VALUE,... ...]
 """
 
 from __future__ import annotations
@@ -62,7 +69,7 @@ import resource
 import statistics
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from confluent_kafka.admin import AdminClient
@@ -208,16 +215,29 @@ class Bench:
             raise RuntimeError(f"no summary of {records} records in:\n{out[-2000:]}")
         return float(found[-1][1])
 
-    def consume(self, variant: str, topic: str, records: int, work: Path, jfr: Path | None = None) -> float:
-        """One ``kafka-consumer-perf-test`` run (a new group); return its fetch.nMsg.sec."""
+    def consume(
+        self,
+        variant: str,
+        topic: str,
+        records: int,
+        work: Path,
+        jfr: Path | None = None,
+        extra: Sequence[str] = (),
+    ) -> float:
+        """One ``kafka-consumer-perf-test`` run (a new group); return its fetch.nMsg.sec.
+
+        ``variant``: ``bare``, ``floor``, or any other name for ``AuditConsumerInterceptor`` with the client
+        properties ``extra`` added (``{group}`` in one is replaced by the run's group).
+        """
         self.groups[variant] += 1
         group = f"bench-{variant}-{self.groups[variant]}-{os.getpid()}"
         config = work / f"{group}.properties"
         lines = [f"client.id={group}", "auto.offset.reset=earliest"]
         if variant == "floor":
             lines.append(f"interceptor.classes=io.kafkaaudit.interceptors.{CONSUMER_FLOOR}")
-        elif variant == "audited":
+        elif variant != "bare":
             lines += [f"interceptor.classes={CONSUMER_INTERCEPTOR}", f"kafka.audit.topic={AUDIT_TOPIC}"]
+            lines += [p.replace("{group}", group) for p in extra]
         config.write_text("\n".join(lines) + "\n")
         out = self._java(
             "org.apache.kafka.tools.ConsumerPerformance",
@@ -252,6 +272,18 @@ def interleaved(run: dict[str, Callable[[], float]], order: list[str]) -> dict[s
     return out
 
 
+def parse_variant(text: str) -> tuple[str, list[str]]:
+    """``NAME=P=V,P=V`` -> (name, [``P=V``, ...]); ``NAME=`` -> (name, []).
+
+    Raises:
+        argparse.ArgumentTypeError: without ``=``, with an empty name, or with a name the table uses already.
+    """
+    name, sep, props = text.partition("=")
+    if not sep or not name or name in ("bare", "floor", "audited"):
+        raise argparse.ArgumentTypeError(f"{text!r}: NAME=[PROPERTY=VALUE,...], NAME not bare/floor/audited")
+    return name, [p for p in props.split(",") if p]
+
+
 def main() -> None:
     """Start a broker, run the rounds, print the table (see the module comment)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -259,6 +291,15 @@ def main() -> None:
     parser.add_argument("--kb-records", type=int, default=800_000, help="1-KiB records per producer run")
     parser.add_argument("--consumer-records", type=int, default=10_000_000, help="records per consumer run")
     parser.add_argument("--repeats", type=int, default=5, help="rounds (at least 3)")
+    parser.add_argument(
+        "--consumer-variant",
+        action="append",
+        type=parse_variant,
+        default=[],
+        metavar="NAME=[PROPERTY=VALUE,...]",
+        help="also run AuditConsumerInterceptor with these client properties added, as row NAME"
+        " (repeatable; the producer runs are then skipped)",
+    )
     parser.add_argument(
         "--jfr", type=Path, default=None, help="record one audited producer run with JFR here"
     )
@@ -291,10 +332,12 @@ def main() -> None:
             bench.produce("audited", "bench-consume", args.consumer_records, 100, fresh=False)
             bench.cpu.clear()
             rows: dict[tuple[str, int, str], list[tuple[float, float]]] = collections.defaultdict(list)
+            extra: dict[str, list[str]] = {"floor": [], "audited": [], **dict(args.consumer_variant)}
             for r in range(args.repeats):
                 console.print(f"round {r + 1}/{args.repeats} (load average {load()})")
                 order = ["floor", "audited"] if r % 2 == 0 else ["audited", "floor"]
-                for size, n, topic in ((100, args.records, "bench-100"), (1024, args.kb_records, "bench-1k")):
+                sizes = [(100, args.records, "bench-100"), (1024, args.kb_records, "bench-1k")]
+                for size, n, topic in [] if args.consumer_variant else sizes:
                     runs = {
                         v: (lambda v=v, n=n, topic=topic, size=size: bench.produce(v, topic, n, size))
                         for v in ("bare", "floor", "audited")
@@ -302,9 +345,15 @@ def main() -> None:
                     for v, cell in interleaved(runs, order).items():
                         rows[("producer", size, v)].append(cell)
                 runs = {
-                    v: (lambda v=v: bench.consume(v, "bench-consume", args.consumer_records, work))
-                    for v in ("bare", "floor", "audited")
+                    v: (
+                        lambda v=v: bench.consume(
+                            v, "bench-consume", args.consumer_records, work, extra=extra.get(v, ())
+                        )
+                    )
+                    for v in ("bare", *extra)
                 }
+                turn = list(extra)  # with variants, each in turn first
+                order = turn[r % len(turn) :] + turn[: r % len(turn)] if args.consumer_variant else order
                 for v, cell in interleaved(runs, order).items():
                     rows[("consumer", 100, v)].append(cell)
             if args.jfr is not None:
@@ -350,7 +399,10 @@ def main() -> None:
         ("consumer", "floor"): f"floor: {CONSUMER_FLOOR}",
         ("consumer", "audited"): "AuditConsumerInterceptor",
     }
+    for v, props in args.consumer_variant:
+        names[("consumer", v)] = f"AuditConsumerInterceptor, {', '.join(props) or 'as shipped'}"
     rank = {"bare": 0, "floor": 1, "audited": 2}
+    rank.update({v: 3 + i for i, (v, _) in enumerate(args.consumer_variant)})
     for (tool, size, variant), cells in sorted(
         rows.items(), key=lambda kv: (kv[0][0] == "consumer", kv[0][1], rank[kv[0][2]])
     ):
