@@ -55,6 +55,7 @@ from kafka_plumbing.errors import ConfigError, KafkaAuditError
 from kafka_plumbing.security import KafkaSecurity, client_config
 from kafka_plumbing.topics import (
     AUDIT_TOPIC_CONFIG,
+    STATE_PRODUCER_LIMITS,
     STATE_TOPIC_CONFIG,
     TopicError,
     connection_config,
@@ -397,6 +398,7 @@ class AuditedConsumer:
                     "linger.ms": 20,
                     "enable.idempotence": True,
                     "acks": "all",
+                    **STATE_PRODUCER_LIMITS,
                 }
             )
             try:

@@ -51,6 +51,7 @@ from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.security import client_config
 from kafka_plumbing.topics import (
     AUDIT_TOPIC_CONFIG,
+    STATE_PRODUCER_LIMITS,
     STATE_TOPIC_CONFIG,
     TopicError,
     ensure_topic,
@@ -143,6 +144,7 @@ class AuditConsumer(TransactionRecovery):
             "linger.ms": 20,
             "enable.idempotence": True,
             "acks": "all",
+            **STATE_PRODUCER_LIMITS,
         }
         self._producer = Producer(self._producer_config)
         self._txn_timeout_s = settings.transaction_timeout_ms / 1000

@@ -17,8 +17,29 @@ AUDIT_TOPIC_CONFIG = {"cleanup.policy": "compact,delete", "retention.ms": str(7 
 CONTROL_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 """The control topic (``audit_record.control_record``): newest desired configuration per producer group."""
 
-STATE_TOPIC_CONFIG = {"cleanup.policy": "compact"}
-"""The audit consumer's state topic: newest state per (group, topic, partition)."""
+STATE_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""Largest state record (one (group, topic, partition)'s counters and sequence sets), bytes.
+
+A partition's sequence sets outgrow Kafka's default 1 MB (broker ``message.max.bytes``, librdkafka
+``message.max.bytes``, Java ``max.request.size``) with keyed traffic: a key spreads each producer's sequences
+over the partitions, so a partition holds about every N-th sequence of N partitions and its Roaring bitmap
+takes 8 KiB for every 65,536 sequences. Four producers at 50,000 messages/s over 12 partitions make one
+partition's state 1.5 MB per open 60-s window (measured with ``encode_state``). 16 MiB holds ten times that
+and stays below the Java clients' ``buffer.memory`` (32 MiB), which must hold a whole record.
+"""
+
+STATE_TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    "max.message.bytes": str(STATE_MAX_MESSAGE_BYTES + 64 * 1024),
+}
+"""The audit consumer's state topic: newest state per (group, topic, partition); a record batch of one
+state of :data:`STATE_MAX_MESSAGE_BYTES` (the topic's ``max.message.bytes`` bounds a batch, its overhead
+included)."""
+
+STATE_PRODUCER_LIMITS = {"message.max.bytes": STATE_MAX_MESSAGE_BYTES + 128 * 1024}
+"""librdkafka settings of a producer that writes states: its request may carry one of
+:data:`STATE_MAX_MESSAGE_BYTES` (librdkafka's ``message.max.bytes`` is the request's limit; the JVM
+interceptors' audit producer sets ``max.request.size`` alike)."""
 
 
 class TopicError(KafkaAuditError):

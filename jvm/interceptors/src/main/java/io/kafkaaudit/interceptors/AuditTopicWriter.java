@@ -50,6 +50,13 @@ public final class AuditTopicWriter implements AutoCloseable, ProducerAuditor.Si
         this.metrics = metrics;
     }
 
+    /**
+     * The audit producer's {@code max.request.size}, bytes: a consumer state of up to 16 MiB (a partition's
+     * sequence sets outgrow Kafka's default 1 MB with keyed traffic), as {@code kafka_plumbing.topics}'
+     * {@code STATE_PRODUCER_LIMITS}; the state topic's {@code max.message.bytes} allows it.
+     */
+    static final int MAX_REQUEST_SIZE = 16 * 1024 * 1024 + 128 * 1024;
+
     /** @return the audit producer's client configuration (connection and security of the host, then overrides) */
     static Map<String, Object> producerConfig(Map<String, ?> host, Map<String, Object> overrides, String clientId) {
         Map<String, Object> c = new HashMap<>();
@@ -63,6 +70,7 @@ public final class AuditTopicWriter implements AutoCloseable, ProducerAuditor.Si
         c.put("client.id", clientId);
         c.put("linger.ms", 20);
         c.put("max.block.ms", 10_000);
+        c.put("max.request.size", MAX_REQUEST_SIZE);
         c.putAll(overrides);
         c.put("acks", "all");
         c.put("enable.idempotence", true);
