@@ -57,6 +57,7 @@ from kafka_plumbing.topics import (
     AUDIT_TOPIC_CONFIG,
     STATE_PRODUCER_LIMITS,
     STATE_TOPIC_CONFIG,
+    STATE_TOPIC_MINIMUMS,
     TopicError,
     connection_config,
     ensure_topic,
@@ -382,7 +383,13 @@ class AuditedConsumer:
             if not self._topics_ready:
                 try:
                     ensure_topic(self._audit_conf, self.audit.audit_topic, 3, topic_config=AUDIT_TOPIC_CONFIG)
-                    ensure_topic(self._audit_conf, self.audit.state_topic, 3, topic_config=STATE_TOPIC_CONFIG)
+                    ensure_topic(
+                        self._audit_conf,
+                        self.audit.state_topic,
+                        3,
+                        topic_config=STATE_TOPIC_CONFIG,
+                        minimums=STATE_TOPIC_MINIMUMS,
+                    )
                     ensure_topic(self._audit_conf, self.audit.dlq_topic, 1)
                     self._topics_ready = True
                 except KafkaAuditError:

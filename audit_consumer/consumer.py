@@ -53,6 +53,7 @@ from kafka_plumbing.topics import (
     AUDIT_TOPIC_CONFIG,
     STATE_PRODUCER_LIMITS,
     STATE_TOPIC_CONFIG,
+    STATE_TOPIC_MINIMUMS,
     TopicError,
     ensure_topic,
     read_to_end,
@@ -176,7 +177,13 @@ class AuditConsumer(TransactionRecovery):
     def ensure_topics(self) -> None:
         """Create the audit, state and dead-letter topics if missing."""
         ensure_topic(self._audit_base, self.s.audit_topic, 3, topic_config=AUDIT_TOPIC_CONFIG)
-        ensure_topic(self._audit_base, self.s.state_topic, 3, topic_config=STATE_TOPIC_CONFIG)
+        ensure_topic(
+            self._audit_base,
+            self.s.state_topic,
+            3,
+            topic_config=STATE_TOPIC_CONFIG,
+            minimums=STATE_TOPIC_MINIMUMS,
+        )
         ensure_topic(self._audit_base, self.s.dlq_topic, 1)
 
     def run(

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Mapping
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.security import client_config, wait_for_cluster
+
+log = logging.getLogger(__name__)
 
 AUDIT_TOPIC_CONFIG = {"cleanup.policy": "compact,delete", "retention.ms": str(7 * 24 * 3600 * 1000)}
 """The audit topic keeps the newest snapshot per key (compaction) for a week."""
@@ -35,6 +45,9 @@ STATE_TOPIC_CONFIG = {
 """The audit consumer's state topic: newest state per (group, topic, partition); a record batch of one
 state of :data:`STATE_MAX_MESSAGE_BYTES` (the topic's ``max.message.bytes`` bounds a batch, its overhead
 included)."""
+
+STATE_TOPIC_MINIMUMS = {"max.message.bytes": STATE_MAX_MESSAGE_BYTES + 64 * 1024}
+"""What :func:`ensure_topic` raises an existing state topic to (one created before the limit was raised)."""
 
 STATE_PRODUCER_LIMITS = {"message.max.bytes": STATE_MAX_MESSAGE_BYTES + 128 * 1024}
 """librdkafka settings of a producer that writes states: its request may carry one of
@@ -62,8 +75,9 @@ def ensure_topic(
     replication_factor: int = -1,
     topic_config: Mapping[str, str] | None = None,
     timeout_s: float = 30.0,
+    minimums: Mapping[str, int] | None = None,
 ) -> None:
-    """Create ``name`` unless it exists.
+    """Create ``name`` unless it exists; raise numeric configs of an existing one to ``minimums``.
 
     Args:
         config: librdkafka config; only its connection keys are used.
@@ -72,6 +86,10 @@ def ensure_topic(
         replication_factor: -1 uses the broker's ``default.replication.factor``.
         topic_config: Topic-level configs for a new topic.
         timeout_s: Admin request timeout, s.
+        minimums: Numeric topic configs (e.g. ``max.message.bytes``, bytes) an existing topic is raised to
+            where lower (never lowered), by ``IncrementalAlterConfigs`` (KIP-339). A broker that refuses
+            (e.g. no ALTER_CONFIGS permission) is logged with the ``kafka-configs`` command to run, not
+            raised: the topic still works within its own limits.
 
     Raises:
         TopicError: if the broker refuses (other than "already exists").
@@ -92,6 +110,31 @@ def ensure_topic(
     except KafkaException as exc:
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise TopicError(f"cannot create topic {name!r}: {exc.args[0].str()}") from exc
+        if minimums:
+            _raise_to(admin, name, minimums, timeout_s)
+
+
+def _raise_to(admin: AdminClient, name: str, minimums: Mapping[str, int], timeout_s: float) -> None:
+    """Set each config of ``minimums`` that ``name`` has lower (see :func:`ensure_topic`); log a refusal."""
+    resource = ConfigResource(ResourceType.TOPIC, name)
+    try:
+        current = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout_s)
+        low = {k: v for k, v in minimums.items() if k in current and int(current[k].value or 0) < v}
+        if not low:
+            return
+        entries = [
+            ConfigEntry(k, str(v), incremental_operation=AlterConfigOpType.SET) for k, v in low.items()
+        ]
+        change = ConfigResource(ResourceType.TOPIC, name, incremental_configs=entries)
+        admin.incremental_alter_configs([change], request_timeout=timeout_s)[change].result(timeout_s)
+        log.info("topic %s: raised %s", name, ", ".join(f"{k} to {v}" for k, v in low.items()))
+    except (KafkaException, ValueError) as exc:
+        settings = ",".join(f"{k}={v}" for k, v in minimums.items())
+        log.warning(
+            "topic %s: could not raise %s (%s); run: kafka-configs --alter --entity-type topics"
+            " --entity-name %s --add-config %s",
+            name, settings, exc, name, settings,
+        )  # fmt: skip
 
 
 def read_to_end(

@@ -13,11 +13,19 @@ import time
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from audit_consumer.counts import DUPLICATED, RECEIVED, SEQS
 from audit_consumer.state_codec import decode_state, state_key
 from audit_record.stamp import header, new_producer_id
-from kafka_plumbing.topics import STATE_MAX_MESSAGE_BYTES, read_to_end
+from kafka_plumbing.topics import (
+    STATE_MAX_MESSAGE_BYTES,
+    STATE_TOPIC_CONFIG,
+    STATE_TOPIC_MINIMUMS,
+    ensure_topic,
+    read_to_end,
+)
+from tests.conftest import unique_name
 
 from .helpers import consumer_settings, running_consumer, wait_for
 
@@ -73,3 +81,22 @@ def test_a_state_over_one_megabyte_is_committed(kconfig, bootstrap, topic, audit
     (bucket,) = st.open.values()  # one producer, one window, still open: its sequence set is in the state
     assert bucket[RECEIVED] == MESSAGES and bucket[DUPLICATED] == 0
     assert bucket[SEQS] is not None and len(bucket[SEQS]) == MESSAGES
+
+
+def test_an_older_state_topic_is_raised_to_the_limit_and_a_larger_one_kept(kconfig, request):
+    """A state topic created before the limit (the broker's 1 MB) is raised at start, never lowered."""
+    older, larger = unique_name(request, ".older"), unique_name(request, ".larger")
+    ensure_topic(kconfig, older, 3, topic_config={"cleanup.policy": "compact"})
+    ensure_topic(
+        kconfig, larger, 3, topic_config={"cleanup.policy": "compact", "max.message.bytes": str(32 << 20)}
+    )
+    for name in (older, larger):
+        ensure_topic(kconfig, name, 3, topic_config=STATE_TOPIC_CONFIG, minimums=STATE_TOPIC_MINIMUMS)
+    admin = AdminClient(kconfig)
+
+    def limit(name: str) -> int:
+        resource = ConfigResource(ResourceType.TOPIC, name)
+        return int(admin.describe_configs([resource])[resource].result(30)["max.message.bytes"].value)
+
+    assert limit(older) == STATE_TOPIC_MINIMUMS["max.message.bytes"] == STATE_MAX_MESSAGE_BYTES + 64 * 1024
+    assert limit(larger) == 32 << 20
