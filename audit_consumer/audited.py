@@ -54,13 +54,11 @@ from audit_record.record import consumer_tier
 from kafka_plumbing.errors import ConfigError, KafkaAuditError
 from kafka_plumbing.security import KafkaSecurity, client_config
 from kafka_plumbing.topics import (
-    AUDIT_TOPIC_CONFIG,
+    STATE_MAX_MESSAGE_BYTES,
     STATE_PRODUCER_LIMITS,
-    STATE_TOPIC_CONFIG,
-    STATE_TOPIC_MINIMUMS,
     TopicError,
     connection_config,
-    ensure_topic,
+    ensure_consumer_tier_topics,
     read_to_end,
 )
 
@@ -382,15 +380,9 @@ class AuditedConsumer:
         if self._producer is None:
             if not self._topics_ready:
                 try:
-                    ensure_topic(self._audit_conf, self.audit.audit_topic, 3, topic_config=AUDIT_TOPIC_CONFIG)
-                    ensure_topic(
-                        self._audit_conf,
-                        self.audit.state_topic,
-                        3,
-                        topic_config=STATE_TOPIC_CONFIG,
-                        minimums=STATE_TOPIC_MINIMUMS,
+                    ensure_consumer_tier_topics(
+                        self._audit_conf, self.audit.audit_topic, self.audit.state_topic, self.audit.dlq_topic
                     )
-                    ensure_topic(self._audit_conf, self.audit.dlq_topic, 1)
                     self._topics_ready = True
                 except KafkaAuditError:
                     log.exception("audit topics not ready; retrying at the next write")
@@ -398,6 +390,7 @@ class AuditedConsumer:
                     return None
             producer = Producer(
                 {
+                    **STATE_PRODUCER_LIMITS,
                     **self._audit_conf,
                     "transactional.id": self.transactional_id,
                     "client.id": self.transactional_id,
@@ -405,7 +398,6 @@ class AuditedConsumer:
                     "linger.ms": 20,
                     "enable.idempotence": True,
                     "acks": "all",
-                    **STATE_PRODUCER_LIMITS,
                 }
             )
             try:
@@ -470,9 +462,15 @@ class AuditedConsumer:
                         a.audit_topic, encode(record), record.key().encode(), timestamp=record.emitted_at_ms
                     )
                     written += 1
-                producer.produce(
-                    a.state_topic, encode_state(self.tier, st), state_key(self.tier, st.topic, st.partition)
-                )
+                state = encode_state(self.tier, st)
+                if len(state) <= STATE_MAX_MESSAGE_BYTES:
+                    producer.produce(a.state_topic, state, state_key(self.tier, st.topic, st.partition))
+                else:  # the topic would refuse it and fail the transaction: the counts go on, the state lags
+                    log.error(
+                        "state of %s[%d] is %d bytes, over the %d-byte limit: not written (after a restart,"
+                        " what was read since the last state written counts as a first read)",
+                        st.topic, st.partition, len(state), STATE_MAX_MESSAGE_BYTES,
+                    )  # fmt: skip
                 st.dirty = False
             producer.commit_transaction(a.transaction_timeout_ms / 1000)
         except KafkaException as exc:

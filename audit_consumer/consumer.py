@@ -50,12 +50,10 @@ from audit_record import DeadLetter, cluster_tier, encode, now_ms
 from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.security import client_config
 from kafka_plumbing.topics import (
-    AUDIT_TOPIC_CONFIG,
+    STATE_MAX_MESSAGE_BYTES,
     STATE_PRODUCER_LIMITS,
-    STATE_TOPIC_CONFIG,
-    STATE_TOPIC_MINIMUMS,
     TopicError,
-    ensure_topic,
+    ensure_consumer_tier_topics,
     read_to_end,
 )
 
@@ -138,6 +136,7 @@ class AuditConsumer(TransactionRecovery):
         }
         self._consumer = Consumer(self._consumer_config)
         self._producer_config = {
+            **STATE_PRODUCER_LIMITS,
             **audit_base,
             "transactional.id": settings.transactional_id,
             "client.id": f"{settings.transactional_id}",
@@ -145,7 +144,6 @@ class AuditConsumer(TransactionRecovery):
             "linger.ms": 20,
             "enable.idempotence": True,
             "acks": "all",
-            **STATE_PRODUCER_LIMITS,
         }
         self._producer = Producer(self._producer_config)
         self._txn_timeout_s = settings.transaction_timeout_ms / 1000
@@ -176,15 +174,8 @@ class AuditConsumer(TransactionRecovery):
     # ------------------------------------------------------------------ lifecycle
     def ensure_topics(self) -> None:
         """Create the audit, state and dead-letter topics if missing."""
-        ensure_topic(self._audit_base, self.s.audit_topic, 3, topic_config=AUDIT_TOPIC_CONFIG)
-        ensure_topic(
-            self._audit_base,
-            self.s.state_topic,
-            3,
-            topic_config=STATE_TOPIC_CONFIG,
-            minimums=STATE_TOPIC_MINIMUMS,
-        )
-        ensure_topic(self._audit_base, self.s.dlq_topic, 1)
+        s = self.s
+        ensure_consumer_tier_topics(self._audit_base, s.audit_topic, s.state_topic, s.dlq_topic)
 
     def run(
         self, stop: threading.Event | None = None, on_commit: Callable[[ConsumerStats], None] | None = None
@@ -405,11 +396,15 @@ class AuditConsumer(TransactionRecovery):
             closed_keys = {(s, p) for s, p, _ in closing.get((st.topic, st.partition), [])}
             for start, pid, b, final in dirty_buckets(st, closed_keys, stale_after):
                 self._emit(st, start, pid, b, final=final)
-            self._producer.produce(
-                self.s.state_topic,
-                encode_state(self.s.group, st),
-                state_key(self.s.group, st.topic, st.partition),
-            )
+            state = encode_state(self.s.group, st)
+            if len(state) > STATE_MAX_MESSAGE_BYTES:  # the topic would refuse it and fail the transaction
+                log.error(
+                    "state of %s[%d] is %d bytes, over the %d-byte limit: neither it nor the partition's"
+                    " offset is committed (a restart reads on from the last state)",
+                    st.topic, st.partition, len(state), STATE_MAX_MESSAGE_BYTES,
+                )  # fmt: skip
+                continue
+            self._producer.produce(self.s.state_topic, state, state_key(self.s.group, st.topic, st.partition))
             if st.next_offset >= 0:
                 offsets.append(TopicPartition(st.topic, st.partition, st.next_offset))
             st.dirty = False

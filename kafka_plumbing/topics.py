@@ -38,21 +38,31 @@ partition's state 1.5 MB per open 60-s window (measured with ``encode_state``). 
 and stays below the Java clients' ``buffer.memory`` (32 MiB), which must hold a whole record.
 """
 
+STATE_TOPIC_MAX_MESSAGE_BYTES = STATE_MAX_MESSAGE_BYTES + 128 * 1024
+"""``max.message.bytes`` of the topics the state writers produce to (state and dead-letter topics), bytes: a
+record batch of one largest state with its overhead, above the writers' request limit
+(:data:`STATE_PRODUCER_LIMITS`), so that what a writer sends the topic takes."""
+
 STATE_TOPIC_CONFIG = {
     "cleanup.policy": "compact",
-    "max.message.bytes": str(STATE_MAX_MESSAGE_BYTES + 64 * 1024),
+    "max.message.bytes": str(STATE_TOPIC_MAX_MESSAGE_BYTES),
+    "segment.bytes": str(128 * 1024 * 1024),
 }
-"""The audit consumer's state topic: newest state per (group, topic, partition); a record batch of one
-state of :data:`STATE_MAX_MESSAGE_BYTES` (the topic's ``max.message.bytes`` bounds a batch, its overhead
-included)."""
+"""The audit consumer's state topic: newest state per (group, topic, partition). Segments of 128 MiB (not the
+broker's 1 GiB) so that compaction, which never touches the active segment, keeps what a new member reads to
+the end small although states are rewritten every second."""
 
-STATE_TOPIC_MINIMUMS = {"max.message.bytes": STATE_MAX_MESSAGE_BYTES + 64 * 1024}
-"""What :func:`ensure_topic` raises an existing state topic to (one created before the limit was raised)."""
+DLQ_TOPIC_CONFIG = {"max.message.bytes": str(STATE_TOPIC_MAX_MESSAGE_BYTES)}
+"""The dead-letter topic: a dead letter copies its record, and goes through the state writers' producers."""
 
-STATE_PRODUCER_LIMITS = {"message.max.bytes": STATE_MAX_MESSAGE_BYTES + 128 * 1024}
+LARGE_RECORD_MINIMUMS = {"max.message.bytes": STATE_TOPIC_MAX_MESSAGE_BYTES}
+"""What :func:`ensure_topic` raises an existing state or dead-letter topic to (one created before)."""
+
+STATE_PRODUCER_LIMITS = {"message.max.bytes": STATE_MAX_MESSAGE_BYTES + 64 * 1024}
 """librdkafka settings of a producer that writes states: its request may carry one of
 :data:`STATE_MAX_MESSAGE_BYTES` (librdkafka's ``message.max.bytes`` is the request's limit; the JVM
-interceptors' audit producer sets ``max.request.size`` alike)."""
+interceptors' audit producer sets ``max.request.size`` alike). Put first in a configuration: an operator's own
+``message.max.bytes`` wins."""
 
 
 class TopicError(KafkaAuditError):
@@ -114,11 +124,28 @@ def ensure_topic(
             _raise_to(admin, name, minimums, timeout_s)
 
 
+def ensure_consumer_tier_topics(config: Mapping[str, object], audit: str, state: str, dlq: str) -> None:
+    """Create (or raise, see :func:`ensure_topic`) the topics a consumer tier's transactions write.
+
+    The audit topic (3 partitions, :data:`AUDIT_TOPIC_CONFIG`), the state topic (3,
+    :data:`STATE_TOPIC_CONFIG`) and the dead-letter topic (1, :data:`DLQ_TOPIC_CONFIG`); the last two raised
+    to :data:`LARGE_RECORD_MINIMUMS`.
+
+    Raises:
+        TopicError, KafkaSecurityError, KafkaConnectionError: as :func:`ensure_topic`.
+    """
+    ensure_topic(config, audit, 3, topic_config=AUDIT_TOPIC_CONFIG)
+    ensure_topic(config, state, 3, topic_config=STATE_TOPIC_CONFIG, minimums=LARGE_RECORD_MINIMUMS)
+    ensure_topic(config, dlq, 1, topic_config=DLQ_TOPIC_CONFIG, minimums=LARGE_RECORD_MINIMUMS)
+
+
 def _raise_to(admin: AdminClient, name: str, minimums: Mapping[str, int], timeout_s: float) -> None:
     """Set each config of ``minimums`` that ``name`` has lower (see :func:`ensure_topic`); log a refusal."""
     resource = ConfigResource(ResourceType.TOPIC, name)
     try:
-        current = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout_s)
+        current = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(
+            timeout_s + 5
+        )
         low = {k: v for k, v in minimums.items() if k in current and int(current[k].value or 0) < v}
         if not low:
             return
@@ -126,9 +153,9 @@ def _raise_to(admin: AdminClient, name: str, minimums: Mapping[str, int], timeou
             ConfigEntry(k, str(v), incremental_operation=AlterConfigOpType.SET) for k, v in low.items()
         ]
         change = ConfigResource(ResourceType.TOPIC, name, incremental_configs=entries)
-        admin.incremental_alter_configs([change], request_timeout=timeout_s)[change].result(timeout_s)
+        admin.incremental_alter_configs([change], request_timeout=timeout_s)[change].result(timeout_s + 5)
         log.info("topic %s: raised %s", name, ", ".join(f"{k} to {v}" for k, v in low.items()))
-    except (KafkaException, ValueError) as exc:
+    except (KafkaException, ValueError, TimeoutError) as exc:
         settings = ",".join(f"{k}={v}" for k, v in minimums.items())
         log.warning(
             "topic %s: could not raise %s (%s); run: kafka-configs --alter --entity-type topics"

@@ -19,9 +19,9 @@ from audit_consumer.counts import DUPLICATED, RECEIVED, SEQS
 from audit_consumer.state_codec import decode_state, state_key
 from audit_record.stamp import header, new_producer_id
 from kafka_plumbing.topics import (
+    LARGE_RECORD_MINIMUMS,
     STATE_MAX_MESSAGE_BYTES,
     STATE_TOPIC_CONFIG,
-    STATE_TOPIC_MINIMUMS,
     ensure_topic,
     read_to_end,
 )
@@ -91,12 +91,16 @@ def test_an_older_state_topic_is_raised_to_the_limit_and_a_larger_one_kept(kconf
         kconfig, larger, 3, topic_config={"cleanup.policy": "compact", "max.message.bytes": str(32 << 20)}
     )
     for name in (older, larger):
-        ensure_topic(kconfig, name, 3, topic_config=STATE_TOPIC_CONFIG, minimums=STATE_TOPIC_MINIMUMS)
+        ensure_topic(kconfig, name, 3, topic_config=STATE_TOPIC_CONFIG, minimums=LARGE_RECORD_MINIMUMS)
     admin = AdminClient(kconfig)
 
     def limit(name: str) -> int:
         resource = ConfigResource(ResourceType.TOPIC, name)
         return int(admin.describe_configs([resource])[resource].result(30)["max.message.bytes"].value)
 
-    assert limit(older) == STATE_TOPIC_MINIMUMS["max.message.bytes"] == STATE_MAX_MESSAGE_BYTES + 64 * 1024
+    raised = STATE_MAX_MESSAGE_BYTES + 128 * 1024
+    assert LARGE_RECORD_MINIMUMS["max.message.bytes"] == raised
+    wait_for(
+        lambda: limit(older) == raised, 30, f"max.message.bytes {raised} of {older}"
+    )  # applied asynchronously
     assert limit(larger) == 32 << 20

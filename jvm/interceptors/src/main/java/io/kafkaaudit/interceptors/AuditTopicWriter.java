@@ -51,11 +51,17 @@ public final class AuditTopicWriter implements AutoCloseable, ProducerAuditor.Si
     }
 
     /**
-     * The audit producer's {@code max.request.size}, bytes: a consumer state of up to 16 MiB (a partition's
-     * sequence sets outgrow Kafka's default 1 MB with keyed traffic), as {@code kafka_plumbing.topics}'
-     * {@code STATE_PRODUCER_LIMITS}; the state topic's {@code max.message.bytes} allows it.
+     * The largest consumer state written, bytes ({@code kafka_plumbing.topics.STATE_MAX_MESSAGE_BYTES}): a
+     * partition's sequence sets outgrow Kafka's default 1 MB with keyed traffic.
      */
-    static final int MAX_REQUEST_SIZE = 16 * 1024 * 1024 + 128 * 1024;
+    static final int MAX_STATE_BYTES = 16 * 1024 * 1024;
+
+    /**
+     * The audit producer's {@code max.request.size}, bytes: one state of {@link #MAX_STATE_BYTES} and its
+     * overhead, as {@code kafka_plumbing.topics}' {@code STATE_PRODUCER_LIMITS}; below the state topic's
+     * {@code max.message.bytes} (16 MiB + 128 KiB) and the default {@code buffer.memory} (32 MiB).
+     */
+    static final int MAX_REQUEST_SIZE = MAX_STATE_BYTES + 64 * 1024;
 
     /** @return the audit producer's client configuration (connection and security of the host, then overrides) */
     static Map<String, Object> producerConfig(Map<String, ?> host, Map<String, Object> overrides, String clientId) {

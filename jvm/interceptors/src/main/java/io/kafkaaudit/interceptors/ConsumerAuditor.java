@@ -262,8 +262,15 @@ final class ConsumerAuditor {
                 collect(st, st.closed, true, closedNow, now, records, buckets);
                 if (st.stateDirty) {
                     try {
-                        stateValues.add(ConsumerStateCodec.encode(tier, st));
-                        stateOf.add(st);
+                        byte[] state = ConsumerStateCodec.encode(tier, st);
+                        if (state.length <= AuditTopicWriter.MAX_STATE_BYTES) {
+                            stateValues.add(state);
+                            stateOf.add(st);
+                        } else { // the state topic would refuse it: after a restart, what was read since counts afresh
+                            metrics.internalError("writing the state of " + st.topic + "-" + st.partition,
+                                    new IllegalStateException(state.length + " bytes, over the limit of "
+                                            + AuditTopicWriter.MAX_STATE_BYTES));
+                        }
                         st.stateDirty = false;
                     } catch (RuntimeException e) {
                         metrics.internalError("encoding the state", e);
