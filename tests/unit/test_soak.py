@@ -320,3 +320,44 @@ def test_rss_level_ignores_a_sawtooth_but_not_a_leak():
     assert leak.growth == pytest.approx((55 + 58 / 4) / (55 + 10 / 4) - 1)
     v = judge([WindowCheck("t", 0, "cluster", True, {}, {})], [], [prom, leak], batch_stats([]), 30_000)
     assert [f.split(":")[0] for f in v.failures if "RSS" in f] == ["leak"]
+
+
+def test_a_short_soak_without_a_healthy_micro_batch_is_judged_outside_chaos_events():
+    """The clean-clone CI's 5-minute soak of 2026-11-27: 5 micro-batches, none in a healthy period (every one
+    within 30 s of a chaos event), and the 31-s one ran through the cut-off of a broker. The fallback judged
+    every steady micro-batch, that one included, and failed the soak on the fault's time, not the job's."""
+    t0 = 1_795_779_836_097
+    spans = [
+        ChaosSpan(label, t0 + start, t0 + end)
+        for label, start, end in (
+            ("kill_audit_consumer 1", 22_847, 24_857),
+            ("kill_audit_leader", 29_848, 35_246),
+            ("kill_spark_worker 2", 44_852, 56_262),
+            ("cut_broker 3", 64_848, 91_642),
+            ("restart_alertmanager", 91_642, 93_961),
+            ("kill_audit_consumer 2", 94_847, 96_878),
+            ("kill_spark_driver", 99_847, 132_991),
+        )
+    ]
+    progress = [
+        {"batch_id": i, "at_ms": t0 + at, "duration_ms": ms, "pid": pid}
+        for i, at, ms, pid in (
+            (0, 40_399, 24_462, 1),  # the first driver's first
+            (1, 64_884, 31_273, 1),  # through the broker's cut-off
+            (3, 117_731, 13_962, 2),  # the restarted driver's first
+            (4, 131_708, 2_496, 2),  # overlaps the driver's restart event by 1.3 s
+            (5, 143_903, 3_798, 2),
+        )
+    ]
+    b = batch_stats(progress, spans, settle_ms=30_000)
+    assert (b.healthy_count, b.steady_count, b.steady_p99_ms) == (0, 3, 31_273)
+    assert (b.outside_count, b.outside_p99_ms) == (1, 3_798)
+    assert judge([], [], [], b, trigger_ms=20_000).failures == ["no final windows"]
+    later = {
+        "batch_id": 6,
+        "at_ms": t0 + 160_000,
+        "duration_ms": 25_000,
+        "pid": 2,
+    }  # 27 s after the last event
+    slow = batch_stats([*progress, later], spans, settle_ms=30_000)
+    assert any("p99 outside chaos events 25000 ms" in f for f in judge([], [], [], slow, 20_000).failures)
