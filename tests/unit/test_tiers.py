@@ -326,7 +326,7 @@ def broker(monkeypatch):
     b = FakeBroker()
     monkeypatch.setattr(audited_mod, "Consumer", FakeConsumer)
     monkeypatch.setattr(audited_mod, "Producer", lambda config: FakeProducer(b, config))
-    monkeypatch.setattr(audited_mod, "ensure_topic", lambda *a, **kw: None)
+    monkeypatch.setattr(audited_mod, "ensure_consumer_tier_topics", lambda *a, **kw: None)
     monkeypatch.setattr(
         audited_mod,
         "read_to_end",
