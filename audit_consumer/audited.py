@@ -48,13 +48,12 @@ from audit_consumer import counts
 from audit_consumer.counts import PartitionCounts, count_batch
 from audit_consumer.settings import DEFAULT_STATE_TOPIC, ReplicationNamingSettings
 from audit_consumer.snapshots import dirty_buckets, read_position, snapshot_record
-from audit_consumer.state_codec import decode_state, encode_state, state_key
+from audit_consumer.state_codec import decode_state, encode_state_within_limit, state_key
 from audit_record import DEFAULT_AUDIT_TOPIC, DEFAULT_DLQ_TOPIC, DEFAULT_WINDOW_MS, DeadLetter, encode, now_ms
 from audit_record.record import consumer_tier
 from kafka_plumbing.errors import ConfigError, KafkaAuditError
 from kafka_plumbing.security import KafkaSecurity, client_config
 from kafka_plumbing.topics import (
-    STATE_MAX_MESSAGE_BYTES,
     STATE_PRODUCER_LIMITS,
     TopicError,
     connection_config,
@@ -462,15 +461,12 @@ class AuditedConsumer:
                         a.audit_topic, encode(record), record.key().encode(), timestamp=record.emitted_at_ms
                     )
                     written += 1
-                state = encode_state(self.tier, st)
-                if len(state) <= STATE_MAX_MESSAGE_BYTES:
+                state = encode_state_within_limit(
+                    self.tier, st, "not written (after a restart, what was read since the last state written"
+                    " counts as a first read)"
+                )  # fmt: skip
+                if state is not None:
                     producer.produce(a.state_topic, state, state_key(self.tier, st.topic, st.partition))
-                else:  # the topic would refuse it and fail the transaction: the counts go on, the state lags
-                    log.error(
-                        "state of %s[%d] is %d bytes, over the %d-byte limit: not written (after a restart,"
-                        " what was read since the last state written counts as a first read)",
-                        st.topic, st.partition, len(state), STATE_MAX_MESSAGE_BYTES,
-                    )  # fmt: skip
                 st.dirty = False
             producer.commit_transaction(a.transaction_timeout_ms / 1000)
         except KafkaException as exc:

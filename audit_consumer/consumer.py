@@ -43,14 +43,13 @@ from audit_consumer.discovery import select_topics
 from audit_consumer.producer_timeouts import ProducerTimeouts
 from audit_consumer.settings import AuditConsumerSettings
 from audit_consumer.snapshots import dirty_buckets, read_position, snapshot_record
-from audit_consumer.state_codec import decode_state, encode_state, state_key
+from audit_consumer.state_codec import decode_state, encode_state_within_limit, state_key
 from audit_consumer.transaction_recovery import AuditConsumerError, TransactionRecovery
 from audit_consumer.watchdog import TransactionHungError, call_with_deadline
 from audit_record import DeadLetter, cluster_tier, encode, now_ms
 from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.security import client_config
 from kafka_plumbing.topics import (
-    STATE_MAX_MESSAGE_BYTES,
     STATE_PRODUCER_LIMITS,
     TopicError,
     ensure_consumer_tier_topics,
@@ -396,13 +395,11 @@ class AuditConsumer(TransactionRecovery):
             closed_keys = {(s, p) for s, p, _ in closing.get((st.topic, st.partition), [])}
             for start, pid, b, final in dirty_buckets(st, closed_keys, stale_after):
                 self._emit(st, start, pid, b, final=final)
-            state = encode_state(self.s.group, st)
-            if len(state) > STATE_MAX_MESSAGE_BYTES:  # the topic would refuse it and fail the transaction
-                log.error(
-                    "state of %s[%d] is %d bytes, over the %d-byte limit: neither it nor the partition's"
-                    " offset is committed (a restart reads on from the last state)",
-                    st.topic, st.partition, len(state), STATE_MAX_MESSAGE_BYTES,
-                )  # fmt: skip
+            state = encode_state_within_limit(
+                self.s.group, st, "neither it nor the partition's offset is committed (a restart reads on"
+                " from the last state)"
+            )  # fmt: skip
+            if state is None:
                 continue
             self._producer.produce(self.s.state_topic, state, state_key(self.s.group, st.topic, st.partition))
             if st.next_offset >= 0:

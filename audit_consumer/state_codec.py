@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -24,6 +25,9 @@ from pyroaring import BitMap64
 
 from audit_consumer import counts
 from audit_consumer.counts import PartitionCounts
+from kafka_plumbing.topics import STATE_MAX_MESSAGE_BYTES
+
+log = logging.getLogger(__name__)
 
 
 @cache
@@ -90,6 +94,22 @@ def encode_state(group: str, state: PartitionCounts) -> bytes:
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, _schema(), record)
     return buf.getvalue()
+
+
+def encode_state_within_limit(group: str, state: PartitionCounts, if_over: str) -> bytes | None:
+    """Serialize one partition's state (:func:`encode_state`) unless the state topic would refuse it.
+
+    Returns None, logged as an error ending with ``if_over`` (what follows for the partition), when the value
+    is over :data:`~kafka_plumbing.topics.STATE_MAX_MESSAGE_BYTES`: produced, it would fail its transaction.
+    """
+    value = encode_state(group, state)
+    if len(value) <= STATE_MAX_MESSAGE_BYTES:
+        return value
+    log.error(
+        "state of %s[%d] is %d bytes, over the %d-byte limit: %s",
+        state.topic, state.partition, len(value), STATE_MAX_MESSAGE_BYTES, if_over,
+    )  # fmt: skip
+    return None
 
 
 def decode_state(value: bytes, window_ms: int, grace_ms: int) -> PartitionCounts:

@@ -100,7 +100,6 @@ def test_an_older_state_topic_is_raised_to_the_limit_and_a_larger_one_kept(kconf
 
     raised = STATE_MAX_MESSAGE_BYTES + 128 * 1024
     assert LARGE_RECORD_MINIMUMS["max.message.bytes"] == raised
-    wait_for(
-        lambda: limit(older) == raised, 30, f"max.message.bytes {raised} of {older}"
-    )  # applied asynchronously
+    # the broker applies a config change asynchronously
+    wait_for(lambda: limit(older) == raised, 30, f"max.message.bytes {raised} of {older}")
     assert limit(larger) == 32 << 20

@@ -1,6 +1,6 @@
-from audit_consumer import counts, latency
+from audit_consumer import counts, latency, state_codec
 from audit_consumer.counts import PartitionCounts, fold_latencies, unique_of
-from audit_consumer.state_codec import decode_state, encode_state
+from audit_consumer.state_codec import decode_state, encode_state, encode_state_within_limit
 
 
 def _pc():
@@ -124,3 +124,17 @@ def test_crosses_window_says_whether_advance_would_move_the_first_open_window_an
     assert pc.crosses_window(5_000, wait_ms=lambda start: 3_000, max_wait_ms=3_000)
     assert pc.closed_horizon_ms == 1_900 and (1_000, b"p") in pc.open  # nothing changed
     assert len(pc.advance(2_500, 60_000)) == 1
+
+
+def test_a_state_over_the_limit_is_not_encoded_and_is_logged(monkeypatch, caplog):
+    pc = PartitionCounts("t", 2, 1_000, 500)
+    for seq in range(0, 200_000, 15):  # every 15th: bitmap containers, about 8 KiB each
+        pc.observe(10, b"\x01" * 8, seq, 1, 1)
+    value = encode_state("g", pc)
+    assert encode_state_within_limit("g", pc, "what follows") == value
+    monkeypatch.setattr(state_codec, "STATE_MAX_MESSAGE_BYTES", len(value) - 1)
+    assert encode_state_within_limit("g", pc, "what follows") is None
+    assert (
+        f"state of t[2] is {len(value)} bytes, over the {len(value) - 1}-byte limit: what follows"
+        in caplog.text
+    )
