@@ -26,6 +26,9 @@ import org.apache.kafka.common.record.TimestampType;
  *
  * <ul>
  *   <li>{@code all}: {@code ConsumerAuditor.onConsume} (what {@code AuditConsumerInterceptor.onConsume} runs);
+ *   <li>{@code flush}: {@code all}, and {@code ConsumerAuditor.flush} (snapshots and states encoded, sent nowhere)
+ *       every {@code flushEvery} polls (third argument, default 2000; 12,000 polls are about one second of the
+ *       perf tool's consumer at 6 million records/s, so the default flushes six times as often);
  *   <li>{@code stamp}: only {@code StampHeader.readFirstV2} per record (the stamp read in place);
  *   <li>{@code observe}: only {@code ConsumerPartition.observe} per record (the window's counters, the latency and
  *       freshness histograms, the run of sequences).
@@ -72,11 +75,15 @@ public final class ConsumerCountBench {
     /**
      * Run the rounds and print a line per round.
      *
-     * @param args mode ({@code all}, {@code stamp} or {@code observe}) and polls per round (default 5000)
+     * @param args mode ({@code all}, {@code flush}, {@code stamp} or {@code observe}), polls per round (default
+     *     5000), and for {@code flush} the polls between flushes (default 2000)
      */
     public static void main(String[] args) {
         String mode = args.length > 0 ? args[0] : "all";
         int polls = args.length > 1 ? Integer.parseInt(args[1]) : 5_000;
+        int flushEvery = args.length > 2 ? Integer.parseInt(args[2]) : 2_000;
+        long flushNs = 0;
+        int flushes = 0;
         AuditSettings settings = AuditSettings.from(Map.of("bootstrap.servers", "127.0.0.1:1"), 1_000, 30_000);
         ConsumerAuditor auditor = new ConsumerAuditor(settings, "bench", new JitWarmUp.NoSink(),
                 (keys, budget) -> Map.of(), System::currentTimeMillis, new InterceptorMetrics());
@@ -101,6 +108,15 @@ public final class ConsumerCountBench {
                 ConsumerRecords<byte[], byte[]> records = bench.poll(System.currentTimeMillis());
                 switch (mode) {
                     case "all" -> auditor.onConsume(records);
+                    case "flush" -> {
+                        auditor.onConsume(records);
+                        if (i % flushEvery == flushEvery - 1) {
+                            long f = System.nanoTime();
+                            keep += auditor.flush();
+                            flushNs += System.nanoTime() - f;
+                            flushes++;
+                        }
+                    }
                     case "stamp" -> {
                         for (ConsumerRecord<byte[], byte[]> r : records) {
                             if (StampHeader.readFirstV2(r.headers(), stamp)) {
@@ -113,13 +129,17 @@ public final class ConsumerCountBench {
                             states[r.partition()].observe(r.timestamp(), "bench", r.offset(), 100, 5);
                         }
                     }
-                    default -> throw new IllegalArgumentException("mode: all, stamp or observe, not " + mode);
+                    default -> throw new IllegalArgumentException("mode: all, flush, stamp or observe, not " + mode);
                 }
                 keep += records.count();
             }
             long t2 = System.nanoTime();
             System.out.printf("%5d | %34.1f | %15.1f | %18.1f%n", round, (t1 - t0) / perRound, (t2 - t1) / perRound,
                     ((t2 - t1) - (t1 - t0)) / perRound);
+        }
+        if (flushes > 0) {
+            System.out.printf("%d flushes, %.1f ms each on average (included in the rounds above)%n", flushes,
+                    flushNs / 1e6 / flushes);
         }
         System.out.println("(checksum " + keep + ")");
     }
