@@ -42,6 +42,7 @@ def kafka_start(
             cluster = KafkaCluster.create(data_dir, brokers, base_port, heap_mb)
         with console.status(f"starting {brokers}-broker Kafka in {data_dir} ..."):
             cluster.start()
+            cluster.wait_transactions_ready()  # idempotent and transactional clients start without retries
     except KafkaAuditError as exc:
         raise fail(exc) from exc
     console.print(f"[green]Kafka running[/]: bootstrap.servers={cluster.bootstrap_servers}")

@@ -104,6 +104,7 @@ class Platform:
             self.cluster = KafkaCluster.load(kafka_dir) or KafkaCluster.create(kafka_dir, s.brokers)
             with self._step(f"starting local Kafka ({s.brokers} broker(s)) ..."):
                 self.cluster.start()
+                self.cluster.wait_transactions_ready()  # no librdkafka retry warnings from a fresh cluster
             bootstrap = self.cluster.bootstrap_servers
         self.bootstrap = bootstrap
         self._write_status()

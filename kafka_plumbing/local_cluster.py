@@ -50,6 +50,9 @@ from kafka_plumbing.processes import log_tail, pid_alive
 
 #: The Prometheus configuration ``start`` writes into the data directory.
 PROMETHEUS_CONFIG = "prometheus.yml"
+#: The ``transactional.id`` :meth:`KafkaCluster.wait_transactions_ready` initializes (no records, no
+#: transaction begun; the broker forgets it after ``transactional.id.expiration.ms``, 7 days by default).
+READINESS_TRANSACTIONAL_ID = "kafka-audit.local-cluster.readiness"
 log = logging.getLogger(__name__)
 
 
@@ -387,6 +390,42 @@ class KafkaCluster:
                 last_error = str(exc)
             time.sleep(0.5)
         raise ClusterError(f"cluster not ready after {timeout_s:.0f} s: {last_error}")
+
+    def wait_transactions_ready(self, timeout_s: float = 60.0) -> bool:
+        """Wait until the transaction coordinator answers ``InitProducerId``, quietly.
+
+        A fresh cluster creates ``__transaction_state`` on the first transactional client and answers
+        ``COORDINATOR_LOAD_IN_PROGRESS`` while it loads; librdkafka retries, and logs each retry as a
+        warning (``Failed to acquire idempotence PID ... Coordinator load in progress: retrying``) that
+        reads like a failure to someone starting ``kafka-audit up``. So ``up`` first initializes
+        :data:`READINESS_TRANSACTIONAL_ID` here, with librdkafka's log off, and the audit consumer's
+        transactional producer then finds the coordinator loaded (Kafka protocol ``InitProducerId``,
+        KIP-98).
+
+        Args:
+            timeout_s: The longest wait, s.
+
+        Returns:
+            True once the coordinator answered; False if it did not within ``timeout_s`` (logged at INFO:
+            the clients then wait and retry on their own, as without this call).
+        """
+        from confluent_kafka import KafkaException, Producer
+
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap_servers,
+                "transactional.id": READINESS_TRANSACTIONAL_ID,
+                "log_level": 0,
+            }
+        )
+        try:
+            producer.init_transactions(timeout_s)
+            return True
+        except KafkaException as exc:
+            log.info("transaction coordinator not ready after %.0f s: %s", timeout_s, exc.args[0].str())
+            return False
+        finally:
+            del producer
 
     def stop_node(self, node: Node, timeout_s: float = 30.0, kill: bool = False) -> None:
         """Stop one node by PID: SIGTERM (or SIGKILL with ``kill``), then SIGKILL after ``timeout_s``."""

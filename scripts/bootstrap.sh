@@ -49,7 +49,12 @@ fi
 ln -sfn "$VENV" .venv
 # The product and the lab (lab/): editable installs pointing at this clone (no dependency resolution, ~4 s).
 # The lab's entry points register `kafka-audit testbed ...` and `kafka-audit soak ...`.
-.venv/bin/pip install -q --no-deps --no-build-isolation --config-settings editable_mode=compat -e . -e lab >/dev/null
+# setuptools warns on every such install that the compat mode is transitional: shown only if pip fails.
+if ! pip_out=$(.venv/bin/pip install -q --no-deps --no-build-isolation --config-settings editable_mode=compat \
+    -e . -e lab 2>&1); then
+  echo "$pip_out" >&2
+  exit 1
+fi
 
 # 3. The runtime virtualenv: the product's locked runtime dependencies (requirements.lock, `make lock`) and
 #    nothing else, keyed by the lock. tests/install/ installs the wheel non-editable into a fresh venv that
