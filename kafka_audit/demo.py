@@ -43,6 +43,7 @@ def run_demo(console: Console, duration_s: float, rate: float, window_ms: int, d
     cluster = KafkaCluster.create(data_dir, brokers=1)
     with console.status("starting a local Kafka (KRaft) ..."):
         cluster.start()
+        cluster.wait_transactions_ready()  # the audit consumer's transactions start without retry warnings
     console.print(f"[green]Kafka running[/] at {cluster.bootstrap_servers} (data in {data_dir})")
     config = {"bootstrap.servers": cluster.bootstrap_servers}
     topics = [f"demo.{p}" for p in PROFILES]
