@@ -41,6 +41,7 @@ public class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor<K, V>
     private volatile ConsumerAuditor auditor;
     private ScheduledExecutorService timer;
     private AuditTopicWriter writer;
+    private StateTopicReader reader;
 
     @Override
     public void configure(Map<String, ?> configs) {
@@ -58,7 +59,7 @@ public class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor<K, V>
         String clientId = cid == null || cid.toString().isBlank() ? "consumer-" + group : cid.toString();
         writer = new AuditTopicWriter(configs, settings, clientId + ".kafka-audit", metrics);
         ProducerAuditor.Sink sink = writer; // the audit topic writer is the auditor's sink
-        StateTopicReader reader = new StateTopicReader(configs, settings, clientId + ".kafka-audit-state");
+        reader = new StateTopicReader(configs, settings, clientId + ".kafka-audit-state", "consumer:" + group);
         auditor = new ConsumerAuditor(settings, group, sink, reader::read, System::currentTimeMillis, metrics);
         metrics.register("AuditConsumerInterceptor", clientId);
         writer.open();
@@ -133,6 +134,9 @@ public class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor<K, V>
             metrics.internalError("close", e);
         } finally {
             auditor = null;
+            if (reader != null) {
+                reader.close();
+            }
             if (writer != null) {
                 writer.close(Duration.ofSeconds(5));
             }

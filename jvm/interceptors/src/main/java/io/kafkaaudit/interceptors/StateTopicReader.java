@@ -1,34 +1,78 @@
 package io.kafkaaudit.interceptors;
 
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.Supplier;
+import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.TimeoutException;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 /**
  * Reads the newest value of some keys from the compacted state topic, to its end (read_committed: a Python
  * {@code AuditedConsumer} writes its state in transactions). A consumer of its own, assigned every partition
  * (no group), built like {@link AuditTopicWriter}'s producer from the host's connection and security settings
- * and {@code kafka.audit.producer.*}; created per read, on the interceptor's timer thread.
+ * and {@code kafka.audit.producer.*}, kept from one read to the next.
+ *
+ * <p>Incremental: the first read scans the topic from its start; the reader remembers, per partition, the offset
+ * it has scanned to, and per key of its tier ({@code consumer:<group>|...}, the only keys a member asks for) where
+ * that key's newest record is (partition and offset; none after a tombstone). A later read scans only what was
+ * written since, and fetches a wanted key scanned before by its offset. The topic holds every group's states, and
+ * a member reads it whenever a partition is new to it and before each idle partition's window closes (about once
+ * a window): a full scan each time read the whole topic, every group's states and the head compaction has not
+ * cleaned yet, for a few keys. Memory: one location per key of the tier.
+ *
+ * <p>One read at a time (the interceptor's timer thread, then {@code close()}): a read waits at most its budget
+ * for one in progress. A read that fails or times out keeps what it had scanned; the next one goes on from there.
  */
-final class StateTopicReader {
+final class StateTopicReader implements AutoCloseable {
     /** Reads the newest value per key; throws if the topic cannot be read to its end within {@code budget}. */
     @FunctionalInterface
     interface Source {
         Map<String, byte[]> read(Set<String> keys, Duration budget) throws Exception;
     }
 
-    private final Map<String, Object> config;
-    private final String topic;
+    /** Where a key's newest record is. */
+    private record Location(TopicPartition partition, long offset) {}
 
-    StateTopicReader(Map<String, ?> hostConfigs, AuditSettings settings, String clientId) {
+    private final Supplier<Consumer<byte[], byte[]>> factory;
+    private final String topic;
+    private final String keyPrefix;
+    private final ReentrantLock lock = new ReentrantLock();
+    /** Per partition, the next offset to scan (absent: from the start). Under {@link #lock}. */
+    private final Map<TopicPartition, Long> scanned = new HashMap<>();
+    /** Per key of the tier, its newest record (absent: none, or a tombstone). Under {@link #lock}. */
+    private final Map<String, Location> newest = new HashMap<>();
+    private volatile Consumer<byte[], byte[]> consumer;
+    private boolean closed;
+
+    StateTopicReader(Map<String, ?> hostConfigs, AuditSettings settings, String clientId, String tier) {
+        this(consumerFactory(hostConfigs, settings, clientId), settings.stateTopic(), tier);
+    }
+
+    /**
+     * @param factory makes the reader's consumer (at the first read, and again after a failed one)
+     * @param topic the state topic
+     * @param tier the keys' tier ({@code consumer:<group>}): only keys starting with {@code tier + "|"} are indexed
+     */
+    StateTopicReader(Supplier<Consumer<byte[], byte[]>> factory, String topic, String tier) {
+        this.factory = factory;
+        this.topic = topic;
+        this.keyPrefix = tier + "|";
+    }
+
+    private static Supplier<Consumer<byte[], byte[]>> consumerFactory(Map<String, ?> hostConfigs, AuditSettings settings,
+            String clientId) {
         Map<String, Object> p = AuditTopicWriter.producerConfig(hostConfigs, settings.producerOverrides(), clientId);
         Map<String, Object> c = new HashMap<>();
         for (Map.Entry<String, Object> e : p.entrySet()) {
@@ -41,59 +85,187 @@ final class StateTopicReader {
         c.put("client.id", clientId);
         c.put("enable.auto.commit", false);
         c.put("isolation.level", "read_committed");
+        c.put("auto.offset.reset", "earliest"); // a scanned offset compaction or retention removed: from the start
         c.put("interceptor.classes", List.of());
-        this.config = c;
-        this.topic = settings.stateTopic();
+        return () -> new KafkaConsumer<>(c, new ByteArrayDeserializer(), new ByteArrayDeserializer());
     }
 
     /**
-     * Read the state topic to its end, all of it within {@code budget}.
+     * Read the state topic to its end (what was written since the previous read), all of it within {@code budget}.
      *
+     * @param keys the wanted keys (of this reader's tier)
+     * @param budget the longest the read may take, including the wait for a read in progress
      * @return key -> newest value of the wanted keys found (none: the topic does not exist or holds none)
-     * @throws org.apache.kafka.common.errors.TimeoutException if the topic was not read to its end in time
+     * @throws TimeoutException if the topic was not read to its end in time
+     * @throws IllegalStateException if the reader is closed
      */
     Map<String, byte[]> read(Set<String> keys, Duration budget) {
-        Map<String, byte[]> found = new HashMap<>();
         long deadline = System.nanoTime() + budget.toNanos();
-        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(config, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
-            List<PartitionInfo> infos = c.partitionsFor(topic, left(deadline));
-            if (infos == null || infos.isEmpty()) {
-                return found;
+        try {
+            if (!lock.tryLock(budget.toNanos(), TimeUnit.NANOSECONDS)) {
+                throw new TimeoutException("state topic " + topic + ": another read still in progress");
             }
-            List<TopicPartition> tps = new ArrayList<>();
-            for (PartitionInfo i : infos) {
-                tps.add(new TopicPartition(topic, i.partition()));
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new TimeoutException("interrupted waiting to read the state topic " + topic);
+        }
+        try {
+            if (closed) {
+                throw new IllegalStateException("the state topic reader is closed");
             }
-            c.assign(tps);
-            c.seekToBeginning(tps);
-            Map<TopicPartition, Long> end = c.endOffsets(tps, left(deadline));
-            while (true) {
-                boolean done = true;
-                for (TopicPartition tp : tps) {
-                    if (c.position(tp, left(deadline)) < end.get(tp)) {
-                        done = false;
-                        break;
-                    }
+            if (consumer == null) {
+                consumer = factory.get();
+            }
+            return scanAndFetch(consumer, keys, deadline);
+        } catch (RuntimeException e) {
+            closeConsumer(); // the next read starts a new consumer where this one's scan stopped
+            throw e;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    private Map<String, byte[]> scanAndFetch(Consumer<byte[], byte[]> c, Set<String> keys, long deadline) {
+        Map<String, byte[]> found = new HashMap<>();
+        List<PartitionInfo> infos = c.partitionsFor(topic, left(deadline));
+        if (infos == null || infos.isEmpty()) {
+            return found;
+        }
+        List<TopicPartition> tps = new ArrayList<>();
+        for (PartitionInfo i : infos) {
+            tps.add(new TopicPartition(topic, i.partition()));
+        }
+        c.assign(tps);
+        Map<TopicPartition, Long> end = c.endOffsets(tps, left(deadline));
+        List<TopicPartition> behind = new ArrayList<>();
+        for (TopicPartition tp : tps) {
+            Long from = scanned.get(tp);
+            long to = end.getOrDefault(tp, 0L);
+            if (from != null && from >= to) {
+                continue; // nothing written since the last read
+            }
+            behind.add(tp);
+            if (from == null) {
+                c.seekToBeginning(List.of(tp));
+            } else {
+                c.seek(tp, from);
+            }
+        }
+        c.pause(tps);
+        c.resume(behind);
+        while (!behind.isEmpty()) {
+            if (System.nanoTime() > deadline) {
+                throw new TimeoutException("state topic " + topic + " not read to its end");
+            }
+            for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
+                index(r, keys, found);
+            }
+            for (int i = behind.size() - 1; i >= 0; i--) {
+                TopicPartition tp = behind.get(i);
+                long at = c.position(tp, left(deadline));
+                scanned.put(tp, at); // everything before it is indexed (control records and aborted data skipped)
+                if (at >= end.get(tp)) {
+                    c.pause(List.of(tp));
+                    behind.remove(i);
                 }
-                if (done) {
-                    return found;
+            }
+        }
+        for (String k : keys) {
+            Location l = newest.get(k);
+            if (!found.containsKey(k) && l != null) {
+                byte[] v = fetch(c, l, k, end.getOrDefault(l.partition(), 0L), deadline);
+                if (v != null) {
+                    found.put(k, v);
                 }
-                if (System.nanoTime() > deadline) {
-                    throw new org.apache.kafka.common.errors.TimeoutException("state topic " + topic + " not read to its end");
-                }
+            }
+        }
+        return found;
+    }
+
+    /** Note where a record of the tier is; keep its value when it is wanted now. */
+    private void index(ConsumerRecord<byte[], byte[]> r, Set<String> keys, Map<String, byte[]> found) {
+        if (r.key() == null) {
+            return;
+        }
+        String k = new String(r.key(), StandardCharsets.UTF_8);
+        if (!k.startsWith(keyPrefix)) {
+            return; // another group's state
+        }
+        if (r.value() == null) {
+            newest.remove(k);
+        } else {
+            newest.put(k, new Location(new TopicPartition(r.topic(), r.partition()), r.offset()));
+        }
+        if (keys.contains(k)) {
+            if (r.value() == null) {
+                found.remove(k);
+            } else {
+                found.put(k, r.value());
+            }
+        }
+    }
+
+    /**
+     * Fetch the record at {@code l}. Null when it is gone: compaction removed it, which it does only once a newer
+     * record of the key exists, and a newer record would have been indexed by the scan, unless it was a tombstone
+     * (then the key has no state).
+     */
+    private byte[] fetch(Consumer<byte[], byte[]> c, Location l, String key, long end, long deadline) {
+        if (l.offset() >= end) {
+            newest.remove(key); // the partition no longer reaches it (truncated): gone
+            return null;
+        }
+        c.pause(c.assignment());
+        c.resume(List.of(l.partition()));
+        c.seek(l.partition(), l.offset());
+        try {
+            while (System.nanoTime() <= deadline) {
                 for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
-                    if (r.key() == null) {
+                    if (r.offset() < l.offset()) {
                         continue;
                     }
-                    String k = new String(r.key(), java.nio.charset.StandardCharsets.UTF_8);
-                    if (keys.contains(k)) {
-                        if (r.value() == null) {
-                            found.remove(k);
-                        } else {
-                            found.put(k, r.value());
-                        }
+                    if (r.offset() == l.offset() && r.key() != null
+                            && key.equals(new String(r.key(), StandardCharsets.UTF_8))) {
+                        return r.value();
                     }
+                    newest.remove(key); // gone
+                    return null;
                 }
+                if (c.position(l.partition(), left(deadline)) > l.offset()) {
+                    newest.remove(key); // skipped (e.g. an aborted transaction's record): gone
+                    return null;
+                }
+            }
+            throw new TimeoutException("state topic " + topic + ": the state of " + key + " not fetched in time");
+        } finally {
+            c.pause(List.of(l.partition()));
+        }
+    }
+
+    /** Close the consumer (an in-progress read is woken up and fails); further reads throw. */
+    @Override
+    public void close() {
+        Consumer<byte[], byte[]> c = consumer;
+        if (c != null) {
+            c.wakeup();
+        }
+        lock.lock();
+        try {
+            closed = true;
+            closeConsumer();
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    private void closeConsumer() {
+        Consumer<byte[], byte[]> c = consumer;
+        consumer = null;
+        if (c != null) {
+            try {
+                c.close(Duration.ofSeconds(5));
+            } catch (RuntimeException e) {
+                // closing: nothing left to do with it
             }
         }
     }
