@@ -120,6 +120,9 @@ public class AuditConsumerInterceptor<K, V> implements ConsumerInterceptor<K, V>
     public void close() {
         ConsumerAuditor a = auditor;
         try {
+            if (reader != null) {
+                reader.abort(); // a state read of the timer's would hold the reader that the last flush needs
+            }
             if (timer != null) {
                 timer.shutdown();
                 timer.awaitTermination(5, TimeUnit.SECONDS);

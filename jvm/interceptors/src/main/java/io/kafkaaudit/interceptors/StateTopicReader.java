@@ -32,10 +32,16 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * a window): a full scan each time read the whole topic, every group's states and the head compaction has not
  * cleaned yet, for a few keys. Memory: one location per key of the tier.
  *
+ * <p>A log replaced under the index (the topic deleted and created again, a truncation) shows as offsets going
+ * back, or as another key at a key's indexed offset: the index then starts from empty, as it does at least every
+ * {@link #FULL_SCAN_INTERVAL}, for a log replaced and grown past the offsets scanned meanwhile.
+ *
  * <p>One read at a time (the interceptor's timer thread, then {@code close()}): a read waits at most its budget
  * for one in progress. A read that fails or times out keeps what it had scanned; the next one goes on from there.
  */
 final class StateTopicReader implements AutoCloseable {
+    /** The index starts from empty at least this often (a log replaced and grown past the offsets scanned). */
+    static final Duration FULL_SCAN_INTERVAL = Duration.ofHours(1);
     /** Reads the newest value per key; throws if the topic cannot be read to its end within {@code budget}. */
     @FunctionalInterface
     interface Source {
@@ -54,7 +60,10 @@ final class StateTopicReader implements AutoCloseable {
     /** Per key of the tier, its newest record (absent: none, or a tombstone). Under {@link #lock}. */
     private final Map<String, Location> newest = new HashMap<>();
     private volatile Consumer<byte[], byte[]> consumer;
+    private volatile boolean woken;
     private boolean closed;
+    /** When the index was last started from empty ({@link System#nanoTime}); null: never. Under {@link #lock}. */
+    private Long indexedSince;
 
     StateTopicReader(Map<String, ?> hostConfigs, AuditSettings settings, String clientId, String tier) {
         this(consumerFactory(hostConfigs, settings, clientId), settings.stateTopic(), tier);
@@ -86,6 +95,7 @@ final class StateTopicReader implements AutoCloseable {
         c.put("enable.auto.commit", false);
         c.put("isolation.level", "read_committed");
         c.put("auto.offset.reset", "earliest"); // a scanned offset compaction or retention removed: from the start
+        c.put("metadata.max.age.ms", 30_000); // a kept consumer sees partitions added to the topic within 30 s
         c.put("interceptor.classes", List.of());
         return () -> new KafkaConsumer<>(c, new ByteArrayDeserializer(), new ByteArrayDeserializer());
     }
@@ -113,15 +123,47 @@ final class StateTopicReader implements AutoCloseable {
             if (closed) {
                 throw new IllegalStateException("the state topic reader is closed");
             }
+            if (woken) {
+                woken = false;
+                closeConsumer();
+            }
             if (consumer == null) {
                 consumer = factory.get();
             }
-            return scanAndFetch(consumer, keys, deadline);
+            if (indexedSince == null || System.nanoTime() - indexedSince > FULL_SCAN_INTERVAL.toNanos()) {
+                forget(); // now and then from the start: a log replaced under the same offsets goes unseen otherwise
+            }
+            try {
+                return scanAndFetch(consumer, keys, deadline);
+            } catch (LogReplacedException e) {
+                forget();
+                return scanAndFetch(consumer, keys, deadline);
+            }
         } catch (RuntimeException e) {
             closeConsumer(); // the next read starts a new consumer where this one's scan stopped
             throw e;
         } finally {
             lock.unlock();
+        }
+    }
+
+    /** Start the index from empty: the next scan reads the topic from its start. */
+    private void forget() {
+        scanned.clear();
+        newest.clear();
+        indexedSince = System.nanoTime();
+    }
+
+    /**
+     * The partition's log is not the one indexed (the topic deleted and created again, or truncated): offsets
+     * went back, or another key sits at an offset where a key's newest record was (compaction removes records,
+     * it never moves one to another offset).
+     */
+    private static final class LogReplacedException extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+
+        LogReplacedException(TopicPartition tp) {
+            super("the state topic's partition " + tp + " is not the log indexed", null, false, false);
         }
     }
 
@@ -141,6 +183,9 @@ final class StateTopicReader implements AutoCloseable {
         for (TopicPartition tp : tps) {
             Long from = scanned.get(tp);
             long to = end.getOrDefault(tp, 0L);
+            if (from != null && from > to) {
+                throw new LogReplacedException(tp);
+            }
             if (from != null && from >= to) {
                 continue; // nothing written since the last read
             }
@@ -212,8 +257,7 @@ final class StateTopicReader implements AutoCloseable {
      */
     private byte[] fetch(Consumer<byte[], byte[]> c, Location l, String key, long end, long deadline) {
         if (l.offset() >= end) {
-            newest.remove(key); // the partition no longer reaches it (truncated): gone
-            return null;
+            throw new LogReplacedException(l.partition()); // the partition no longer reaches it
         }
         c.pause(c.assignment());
         c.resume(List.of(l.partition()));
@@ -224,8 +268,10 @@ final class StateTopicReader implements AutoCloseable {
                     if (r.offset() < l.offset()) {
                         continue;
                     }
-                    if (r.offset() == l.offset() && r.key() != null
-                            && key.equals(new String(r.key(), StandardCharsets.UTF_8))) {
+                    if (r.offset() == l.offset()) {
+                        if (r.key() == null || !key.equals(new String(r.key(), StandardCharsets.UTF_8))) {
+                            throw new LogReplacedException(l.partition());
+                        }
                         return r.value();
                     }
                     newest.remove(key); // gone
@@ -239,6 +285,18 @@ final class StateTopicReader implements AutoCloseable {
             throw new TimeoutException("state topic " + topic + ": the state of " + key + " not fetched in time");
         } finally {
             c.pause(List.of(l.partition()));
+        }
+    }
+
+    /**
+     * Wake up a read in progress (it fails, keeping what it scanned), so that a read waiting for it (the
+     * interceptor's last flush at {@code close()}) need not wait out its budget.
+     */
+    void abort() {
+        Consumer<byte[], byte[]> c = consumer;
+        if (c != null && lock.isLocked()) {
+            woken = true; // the next read takes a new consumer: a wakeup that came after this read would be pending
+            c.wakeup();
         }
     }
 
