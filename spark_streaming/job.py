@@ -287,7 +287,14 @@ class ReconciliationJob:
             self._heartbeat.start()
 
     def progress(self) -> dict[str, Any]:
-        """Return the watermark, lag and dropped-row count from Spark's last progress (and update metrics)."""
+        """Return the watermark, lag and dropped-row count from Spark's last progress (and update metrics).
+
+        Keys: ``batches``, ``batch_ms``, and once Spark reported progress ``dropped_by_watermark``,
+        ``state_rows``; ``watermark_ms`` (epoch ms) and ``lag_s`` (wall clock - watermark, s) only once the
+        watermark has moved: Spark reports the epoch (``1970-01-01T00:00:00.000Z``) until the first rows
+        arrive, which is no watermark, not a lag of 56 years (it showed as ``audit lag 1795792626.1 s`` in
+        ``up``'s first progress line, and would have set the lag gauge the audit-lag alert reads).
+        """
         p = self.query.lastProgress if self.query is not None else None
         out: dict[str, Any] = {"batches": self.batches_written, "batch_ms": self.last_batch_ms}
         if not p:
@@ -297,9 +304,10 @@ class ReconciliationJob:
             from datetime import datetime
 
             wm_ms = datetime.fromisoformat(wm.replace("Z", "+00:00")).timestamp() * 1000
-            out["watermark_ms"] = wm_ms
-            out["lag_s"] = max(0.0, (now_ms() - wm_ms) / 1000)
-            self.metrics.lag.set(out["lag_s"])
+            if wm_ms > 0:
+                out["watermark_ms"] = wm_ms
+                out["lag_s"] = max(0.0, (now_ms() - wm_ms) / 1000)
+                self.metrics.lag.set(out["lag_s"])
         ops = p.get("stateOperators") or []
         dropped = sum(op.get("numRowsDroppedByWatermark", 0) for op in ops)
         out["dropped_by_watermark"] = dropped
