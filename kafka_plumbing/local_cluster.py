@@ -424,8 +424,6 @@ class KafkaCluster:
         except KafkaException as exc:
             log.info("transaction coordinator not ready after %.0f s: %s", timeout_s, exc.args[0].str())
             return False
-        finally:
-            del producer
 
     def stop_node(self, node: Node, timeout_s: float = 30.0, kill: bool = False) -> None:
         """Stop one node by PID: SIGTERM (or SIGKILL with ``kill``), then SIGKILL after ``timeout_s``."""
