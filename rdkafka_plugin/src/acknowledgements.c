@@ -94,14 +94,17 @@ static struct window *window_by_sequence(struct auditor *a, const rd_kafka_messa
  * window: a message went out unstamped (its record counts in no window), the timestamp is not the CreateTime
  * on_send saw (a LogAppendTime topic; none), or no open window has that key. Looked up in the previous
  * acknowledgement's window (a range check), then in ack_windows, direct-mapped by the topic handle's address
- * and the window start (the entry checked against both), then in the table. */
+ * and the window start (the entry checked against both), then in the table. The topic is compared by the
+ * address of librdkafka's name string first (rd_kafka_topic_name: the topic object's own string, which lives as
+ * long as the client instance keeps the topic, so one address is one topic), by strcmp only when the addresses
+ * differ: a strcmp per record was 1.7% of an audited producer's CPU samples (perf, 100-byte messages). */
 static struct window *window_by_key(struct auditor *a, const rd_kafka_message_t *m, long long ts,
                                     rd_kafka_timestamp_type_t tstype) {
     if (tstype != RD_KAFKA_TIMESTAMP_CREATE_TIME || ts <= 0 || __atomic_load_n(&a->unstamped, __ATOMIC_RELAXED))
         return NULL;
     const char *topic = a->api->topic_name(m->rkt);
     struct window *w = a->ack_last;
-    if (!w || ts < w->start || ts >= w->end || strcmp(w->topic, topic)) {
+    if (!w || ts < w->start || ts >= w->end || (topic != a->ack_last_topic && strcmp(w->topic, topic))) {
         long long start = window_start(ts, a->s.window_ms);
         uint64_t h = ((uint64_t)start ^ (uint64_t)(uintptr_t)m->rkt) * 0x9e3779b97f4a7c15ULL;
         struct window **entry = &a->ack_windows[h >> 60 & (ACK_WINDOW_CACHE - 1)];
@@ -117,6 +120,7 @@ static struct window *window_by_key(struct auditor *a, const rd_kafka_message_t 
         }
         a->ack_last = w;
     }
+    a->ack_last_topic = topic; /* ack_last, when not NULL, is this topic's window */
     return w && !w->check_sequence ? w : NULL;
 }
 

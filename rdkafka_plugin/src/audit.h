@@ -124,6 +124,7 @@ struct auditor {
     /* on_acknowledgement's: the acknowledgement lock (taken after `lock` when both are needed) and its own */
     _Alignas(CACHE_LINE) pthread_mutex_t ack_lock;
     struct window *ack_last;                      /* the previous acknowledgement's window (auditor.c) */
+    const char *ack_last_topic;                   /* librdkafka's name string of ack_last's topic */
     struct window *ack_windows[ACK_WINDOW_CACHE]; /* (topic, window start) -> window, direct-mapped */
     unsigned long long unattributed;
     struct header_stack ack_pool; /* header lists the acknowledgements gave back */

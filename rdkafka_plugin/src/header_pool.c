@@ -20,7 +20,7 @@
  * the application's hands), and only a list of exactly one `~a` header: a record produced without headers,
  * with an empty list, or with a list holding only an upstream `~a` (replaced by this instance's); a list with
  * any other header is never taken. The value is written in place through the pointer
- * rd_kafka_header_get_last() returns: a header is one allocation whose value follows its name
+ * rd_kafka_header_get_all() returns (the list's one header, its name checked here: no strcmp call): a header is one allocation whose value follows its name
  * (rdkafka_header.h), its serialized size depends only on the name's and the value's lengths (the message
  * set writer asserts it), and nothing caches a message's header size.
  *
@@ -67,10 +67,11 @@ void header_pool_give(struct auditor *a, rd_kafka_message_t *m) {
         return;
     const struct rk_api *api = a->api;
     rd_kafka_headers_t *h = NULL;
+    const char *name = NULL;
     const void *v = NULL;
     size_t len = 0;
-    if (api->message_headers(m, &h) || !h || api->header_cnt(h) != 1 ||
-        api->header_get_last(h, "~a", &v, &len) || !v || len == 0)
+    if (api->message_headers(m, &h) || !h || api->header_cnt(h) != 1 || api->header_get_all(h, 0, &name, &v, &len) ||
+        !name || name[0] != '~' || name[1] != 'a' || name[2] || !v || len == 0)
         return;
     if (st->n == st->cap) {
         int cap = st->cap ? 2 * st->cap : 1024;

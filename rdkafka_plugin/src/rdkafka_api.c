@@ -104,6 +104,7 @@ const struct rk_api *rk_api_resolve(const void *caller, char *errstr, size_t err
         R(header_remove, "rd_kafka_header_remove")
         R(header_get_last, "rd_kafka_header_get_last")
         R(header_cnt, "rd_kafka_header_cnt")
+        R(header_get_all, "rd_kafka_header_get_all")
         R(message_detach_headers, "rd_kafka_message_detach_headers")
         R(headers_destroy, "rd_kafka_headers_destroy")
         R(message_timestamp, "rd_kafka_message_timestamp")

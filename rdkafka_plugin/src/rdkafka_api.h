@@ -55,6 +55,8 @@ struct rk_api {
     rd_kafka_resp_err_t (*header_remove)(rd_kafka_headers_t *, const char *);
     rd_kafka_resp_err_t (*header_get_last)(const rd_kafka_headers_t *, const char *, const void **, size_t *);
     size_t (*header_cnt)(const rd_kafka_headers_t *);
+    rd_kafka_resp_err_t (*header_get_all)(const rd_kafka_headers_t *, size_t, const char **, const void **,
+                                          size_t *);
     rd_kafka_resp_err_t (*message_detach_headers)(rd_kafka_message_t *, rd_kafka_headers_t **);
     void (*headers_destroy)(rd_kafka_headers_t *);
     int64_t (*message_timestamp)(const rd_kafka_message_t *, rd_kafka_timestamp_type_t *);
