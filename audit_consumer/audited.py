@@ -48,7 +48,7 @@ from audit_consumer import counts
 from audit_consumer.counts import PartitionCounts, count_batch
 from audit_consumer.settings import DEFAULT_STATE_TOPIC, ReplicationNamingSettings
 from audit_consumer.snapshots import dirty_buckets, read_position, snapshot_record
-from audit_consumer.state_codec import decode_state, encode_state_within_limit, state_key
+from audit_consumer.state_codec import decode_state, encode_state_within_limit, newest_values, state_key
 from audit_record import DEFAULT_AUDIT_TOPIC, DEFAULT_DLQ_TOPIC, DEFAULT_WINDOW_MS, DeadLetter, encode, now_ms
 from audit_record.record import consumer_tier
 from kafka_plumbing.errors import ConfigError, KafkaAuditError
@@ -314,17 +314,16 @@ class AuditedConsumer:
         if not keys:
             return
         wanted = {state_key(self.tier, t, p): (t, p) for t, p in keys}
-        found: dict[tuple[str, int], bytes] = {}
         try:
-            for m in read_to_end(
-                self._audit_conf,
-                self.audit.state_topic,
-                group_id=f"kafka-audit.consumer.{self.group}.state-reader",
-                missing_ok=True,
-            ):
-                key = wanted.get(m.key() or b"")
-                if key is not None and m.value() is not None:
-                    found[key] = m.value()
+            found = newest_values(
+                read_to_end(
+                    self._audit_conf,
+                    self.audit.state_topic,
+                    group_id=f"kafka-audit.consumer.{self.group}.state-reader",
+                    missing_ok=True,
+                ),
+                wanted,
+            )
         except TopicError as exc:
             raise KafkaAuditError(f"cannot read the audit state topic: {exc}") from exc
         a = self.audit

@@ -43,7 +43,7 @@ from audit_consumer.discovery import select_topics
 from audit_consumer.producer_timeouts import ProducerTimeouts
 from audit_consumer.settings import AuditConsumerSettings
 from audit_consumer.snapshots import dirty_buckets, read_position, snapshot_record
-from audit_consumer.state_codec import decode_state, encode_state_within_limit, state_key
+from audit_consumer.state_codec import decode_state, encode_state_within_limit, newest_values, state_key
 from audit_consumer.transaction_recovery import AuditConsumerError, TransactionRecovery
 from audit_consumer.watchdog import TransactionHungError, call_with_deadline
 from audit_record import DeadLetter, cluster_tier, encode, now_ms
@@ -312,14 +312,11 @@ class AuditConsumer(TransactionRecovery):
     def _load_states(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], PartitionCounts]:
         """Read the state topic to its end (read_committed) and return the newest state of each key."""
         wanted = {state_key(self.s.group, t, p): (t, p) for t, p in keys}
-        found: dict[tuple[str, int], bytes] = {}
         try:
-            for m in read_to_end(
-                self._audit_base, self.s.state_topic, group_id=f"{self.s.group}.state-reader"
-            ):
-                key = wanted.get(m.key() or b"")
-                if key is not None and m.value() is not None:
-                    found[key] = m.value()
+            found = newest_values(
+                read_to_end(self._audit_base, self.s.state_topic, group_id=f"{self.s.group}.state-reader"),
+                wanted,
+            )
         except TopicError as exc:
             raise AuditConsumerError(f"cannot read the state topic: {exc}") from exc
         return {k: decode_state(v, self.s.window_ms, self.s.grace_ms) for k, v in found.items()}

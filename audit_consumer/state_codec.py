@@ -16,11 +16,13 @@ from __future__ import annotations
 import io
 import json
 import logging
+from collections.abc import Iterable, Mapping
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import fastavro
+from confluent_kafka import Message
 from pyroaring import BitMap64
 
 from audit_consumer import counts
@@ -28,6 +30,7 @@ from audit_consumer.counts import PartitionCounts
 from kafka_plumbing.topics import STATE_MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
+K = TypeVar("K")
 
 
 @cache
@@ -51,6 +54,34 @@ def _tail_schema() -> Any:
 def state_key(group: str, topic: str, partition: int) -> bytes:
     """Kafka key of a partition's state in the state topic."""
     return f"{group}|{topic}|{partition}".encode()
+
+
+def newest_values(messages: Iterable[Message], wanted: Mapping[bytes, K]) -> dict[K, bytes]:
+    """Return the newest value of each wanted key among state-topic ``messages`` (in any partition order).
+
+    Within a partition the log's order decides (the later offset). A key met in two partitions (a JVM
+    interceptor placed keys with Kafka's murmur2 until it placed them as librdkafka does,
+    ``audit_record/partition_vectors.json``) is taken from the record with the later timestamp
+    (CreateTime, ms). Tombstones (no value) are skipped.
+
+    Args:
+        messages: consumed records of the state topic, without errors.
+        wanted: state key (:func:`state_key`) -> what to return it under.
+
+    Returns:
+        ``wanted``'s value -> the newest value found; keys with none are absent.
+    """
+    found: dict[K, tuple[int, int, bytes]] = {}  # -> (partition, timestamp ms, value)
+    for m in messages:
+        key = wanted.get(m.key() or b"")
+        value = m.value()
+        if key is None or value is None:
+            continue
+        partition, ts = m.partition(), m.timestamp()[1]
+        seen = found.get(key)
+        if seen is None or seen[0] == partition or ts >= seen[1]:
+            found[key] = (partition, ts, value)
+    return {k: v for k, (_, _, v) in found.items()}
 
 
 def _bucket_out(start: int, pid: bytes | None, b: list, closed: bool) -> dict[str, Any]:

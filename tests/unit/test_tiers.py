@@ -311,14 +311,22 @@ class FakeProducer:
 
 
 class StateMessage:
-    def __init__(self, key, value):
-        self._k, self._v = key, value
+    """A state-topic record of the fake broker's one-partition log (CreateTime: its position)."""
+
+    def __init__(self, key, value, offset=0):
+        self._k, self._v, self._offset = key, value, offset
 
     def key(self):
         return self._k
 
     def value(self):
         return self._v
+
+    def partition(self):
+        return 0
+
+    def timestamp(self):
+        return (1, self._offset)
 
 
 @pytest.fixture
@@ -330,7 +338,7 @@ def broker(monkeypatch):
     monkeypatch.setattr(
         audited_mod,
         "read_to_end",
-        lambda conf, topic, **kw: [StateMessage(k, v) for k, v in b.topics.get(topic, [])],
+        lambda conf, topic, **kw: [StateMessage(k, v, i) for i, (k, v) in enumerate(b.topics.get(topic, []))],
     )
     return b
 

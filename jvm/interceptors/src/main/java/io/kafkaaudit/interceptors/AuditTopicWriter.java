@@ -19,7 +19,8 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Its connection comes from the host client's configuration ({@code bootstrap.servers},
  * {@code client.dns.lookup}, {@code security.protocol}, {@code ssl.*}, {@code sasl.*}), overridden by
- * {@code kafka.audit.producer.*}; it never carries {@code interceptor.classes} (it must not audit itself).
+ * {@code kafka.audit.producer.*}; it never carries {@code interceptor.classes} (it must not audit itself), and it
+ * places keyed records as librdkafka's clients do ({@link ConsistentRandomPartitioner}), whatever the overrides say.
  * A failed send is counted ({@link InterceptorMetrics#getSnapshotFailures()}) and reported to the caller's
  * callback, which marks the window to be sent again: snapshots are cumulative, so a later one heals it.
  */
@@ -81,6 +82,7 @@ public final class AuditTopicWriter implements AutoCloseable, ProducerAuditor.Si
         c.put("acks", "all");
         c.put("enable.idempotence", true);
         c.put("interceptor.classes", List.of());
+        c.put("partitioner.class", ConsistentRandomPartitioner.class); // keys where librdkafka's clients put them
         return c;
     }
 

@@ -32,6 +32,11 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * a window): a full scan each time read the whole topic, every group's states and the head compaction has not
  * cleaned yet, for a few keys. Memory: one location per key of the tier.
  *
+ * <p>A key's records are in one partition (every writer places keys as librdkafka does,
+ * {@link ConsistentRandomPartitioner}), where the later offset is the newer record. A key found in two partitions
+ * (written by a JVM interceptor of a version that placed keys with Kafka's murmur2) is taken from the record with
+ * the later timestamp.
+ *
  * <p>A log replaced under the index (the topic deleted and created again, a truncation) shows as offsets going
  * back, or as another key at a key's indexed offset: the index then starts from empty, as it does at least every
  * {@link #FULL_SCAN_INTERVAL}, for a log replaced and grown past the offsets scanned meanwhile.
@@ -48,8 +53,8 @@ final class StateTopicReader implements AutoCloseable {
         Map<String, byte[]> read(Set<String> keys, Duration budget) throws Exception;
     }
 
-    /** Where a key's newest record is. */
-    private record Location(TopicPartition partition, long offset) {}
+    /** Where a key's newest record is, and its timestamp (ms). */
+    private record Location(TopicPartition partition, long offset, long timestamp) {}
 
     private final Supplier<Consumer<byte[], byte[]>> factory;
     private final String topic;
@@ -236,10 +241,15 @@ final class StateTopicReader implements AutoCloseable {
         if (!k.startsWith(keyPrefix)) {
             return; // another group's state
         }
+        TopicPartition tp = new TopicPartition(r.topic(), r.partition());
+        Location was = newest.get(k);
+        if (was != null && !was.partition().equals(tp) && was.timestamp() > r.timestamp()) {
+            return; // an older record of the key in another partition (see the class comment)
+        }
         if (r.value() == null) {
             newest.remove(k);
         } else {
-            newest.put(k, new Location(new TopicPartition(r.topic(), r.partition()), r.offset()));
+            newest.put(k, new Location(tp, r.offset(), r.timestamp()));
         }
         if (keys.contains(k)) {
             if (r.value() == null) {

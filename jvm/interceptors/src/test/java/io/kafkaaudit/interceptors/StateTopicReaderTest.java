@@ -12,6 +12,7 @@ import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Set;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -20,6 +21,8 @@ import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.apache.kafka.common.record.TimestampType;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -41,9 +44,17 @@ class StateTopicReaderTest {
         final Map<TopicPartition, Long> end = new HashMap<>(Map.of(P0, 0L, P1, 0L));
 
         Log append(TopicPartition tp, String key, String value) {
+            return appendAt(tp, key, value, ConsumerRecord.NO_TIMESTAMP);
+        }
+
+        /** Append a record with this CreateTime, ms. */
+        Log appendAt(TopicPartition tp, String key, String value, long timestampMs) {
             long offset = end.get(tp);
+            byte[] k = key.getBytes(StandardCharsets.UTF_8);
+            byte[] v = value == null ? null : value.getBytes(StandardCharsets.UTF_8);
             records.computeIfAbsent(tp, t -> new ArrayList<>()).add(new ConsumerRecord<>(TOPIC, tp.partition(), offset,
-                    key.getBytes(StandardCharsets.UTF_8), value == null ? null : value.getBytes(StandardCharsets.UTF_8)));
+                    timestampMs, TimestampType.CREATE_TIME, k.length, v == null ? -1 : v.length, k, v,
+                    new RecordHeaders(), Optional.empty()));
             end.put(tp, offset + 1);
             return this;
         }
@@ -128,6 +139,23 @@ class StateTopicReaderTest {
         Map<String, byte[]> found = reader.read(Set.of(key(0), key(1), key(2)), BUDGET);
         assertEquals(Set.of(key(0)), found.keySet());
         assertArrayEquals(bytes("s0-new"), found.get(key(0)));
+    }
+
+    @Test
+    void aKeyInTwoPartitionsIsTakenFromItsLaterRecordAndWithinOneByOffset() {
+        // murmur2-placed records of an earlier version in one partition, librdkafka-placed ones in another:
+        // whichever partition the poll hands out first, the later timestamp wins
+        for (boolean newInP0 : new boolean[] {true, false}) {
+            Log log = new Log().appendAt(newInP0 ? P1 : P0, key(0), "old", 1_000)
+                    .appendAt(newInP0 ? P0 : P1, key(0), "new", 2_000)
+                    .appendAt(P1, key(1), "first", 5_000).appendAt(P1, key(1), "second", 4_000); // a clock behind
+            StateTopicReader reader = new StateTopicReader(() -> new LogConsumer(log), TOPIC, TIER);
+            Map<String, byte[]> found = reader.read(Set.of(key(0), key(1)), BUDGET);
+            assertArrayEquals(bytes("new"), found.get(key(0)), "new in P0: " + newInP0);
+            assertArrayEquals(bytes("second"), found.get(key(1)));
+            // and the index agrees: a later read fetches the same record by its offset
+            assertArrayEquals(bytes("new"), reader.read(Set.of(key(0)), BUDGET).get(key(0)));
+        }
     }
 
     @Test
