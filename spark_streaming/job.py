@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from importlib import resources
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
@@ -93,11 +94,16 @@ def spark_session(
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
     from pyspark.sql import SparkSession
 
+    log4j = str(resources.files("spark_streaming").joinpath("log4j2-driver.properties"))
+    # Spark splits the options at whitespace: a path with some keeps Spark's default logging
+    driver_options = "-Xss16m"
+    if not any(c.isspace() for c in log4j):
+        driver_options += f" -Dlog4j2.configurationFile={log4j}"
     session = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.jars", ",".join(connector_jars()))
-        .config("spark.driver.extraJavaOptions", "-Xss16m")
+        .config("spark.driver.extraJavaOptions", driver_options)
         .config("spark.driver.host", driver_host)
         .config("spark.driver.bindAddress", bind_address)
         .config("spark.ui.enabled", "false")

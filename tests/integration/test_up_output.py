@@ -71,6 +71,9 @@ def test_up_without_a_terminal_prints_the_closing_table_once_and_nothing_after_i
     # A fresh cluster's transaction coordinator is loaded before the audit consumer's transactional
     # producer starts: no librdkafka warning that reads like a failure (KafkaCluster.wait_transactions_ready).
     assert "Coordinator load in progress" not in text and "|GETPID|" not in text, text
+    # The Spark driver logs through kafka-audit's log4j2 file: no default-profile banner, no Hadoop warning.
+    assert "log4j profile" not in text and "Setting default log level" not in text, text
+    assert "NativeCodeLoader" not in text, text
     assert time.monotonic() - started < 200
     # Issue 37: every window of the demo is final by proof within 2 trigger intervals (2 s) after its end
     # + the watermark delay (5 s), not message.timeout.ms + 5 s after it (examples/demo.toml).
