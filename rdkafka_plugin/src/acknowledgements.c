@@ -124,11 +124,32 @@ static struct window *window_by_key(struct auditor *a, const rd_kafka_message_t 
     return w && !w->check_sequence ? w : NULL;
 }
 
-void audit_on_ack(struct auditor *a, rd_kafka_message_t *m) {
+/* The receive time of the Produce response a broker thread is handling (on_response_received, called in that
+ * thread before the response is parsed): every record the response acknowledges was acknowledged then, so its
+ * latency needs no clock reading of its own (clock_gettime per record was 2.3% of an audited producer's CPU
+ * samples, perf, 100-byte messages). A successful acknowledgement comes only from a Produce response, handled in
+ * the broker thread that received it, after this was set for it; everything else (failures, a librdkafka without
+ * on_response_received, another client instance's thread) reads the clock. */
+static __thread rd_kafka_t *response_rk;
+static __thread long long response_ms;
+
+rd_kafka_resp_err_t audit_on_response_received(rd_kafka_t *rk, int sockfd, const char *brokername, int32_t brokerid,
+                                               int16_t api_key, int16_t api_version, int32_t corr_id, size_t size,
+                                               int64_t rtt, rd_kafka_resp_err_t err, void *ic_opaque) {
+    (void)sockfd, (void)brokername, (void)brokerid, (void)api_version, (void)corr_id, (void)size, (void)rtt;
+    (void)err, (void)ic_opaque;
+    if (api_key == 0) { /* Produce (the Kafka protocol's ApiKey 0) */
+        response_ms = now_ms();
+        response_rk = rk;
+    }
+    return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+void audit_on_ack(struct auditor *a, rd_kafka_t *rk, rd_kafka_message_t *m) {
     rd_kafka_timestamp_type_t tstype;
     long long timestamp_ms = a->api->message_timestamp(m, &tstype);
     rd_kafka_resp_err_t err = m->err;
-    long long now = now_ms();
+    long long now = !err && response_rk == rk ? response_ms : now_ms();
     pthread_mutex_lock(&a->ack_lock);
     struct window *w = NULL;
     if (!a->closed && !(w = window_by_key(a, m, timestamp_ms, tstype)))

@@ -147,8 +147,11 @@ void *audit_thread(void *arg);
 void audit_free_windows(struct auditor *a);
 void audit_release_window(struct auditor *a, uint64_t wid);
 
-/* acknowledgements.c: on_acknowledgement's counting */
-void audit_on_ack(struct auditor *a, rd_kafka_message_t *m);
+/* acknowledgements.c: on_acknowledgement's counting, and the receive time of the response it handles */
+void audit_on_ack(struct auditor *a, rd_kafka_t *rk, rd_kafka_message_t *m);
+rd_kafka_resp_err_t audit_on_response_received(rd_kafka_t *rk, int sockfd, const char *brokername, int32_t brokerid,
+                                               int16_t api_key, int16_t api_version, int32_t corr_id, size_t size,
+                                               int64_t rtt, rd_kafka_resp_err_t err, void *ic_opaque);
 
 /* header_pool.c: the stamp's header lists, recycled from acknowledgements to on_send */
 /* A pooled list (its value and length in *value, *value_len), or NULL; under the send lock. */

@@ -335,6 +335,8 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, v
     if (a) { /* reader mode: another instance of the same audited producer (a swap): one sequence, one count */
         api->interceptor_add_on_send(rk, IC_NAME, on_send, a);
         api->interceptor_add_on_acknowledgement(rk, IC_NAME, on_ack, a);
+        if (api->interceptor_add_on_response_received)
+            api->interceptor_add_on_response_received(rk, IC_NAME, audit_on_response_received, a);
         api->interceptor_add_on_destroy(rk, IC_NAME, on_destroy, a);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
@@ -393,6 +395,8 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, v
     }
     api->interceptor_add_on_send(rk, IC_NAME, on_send, a);
     api->interceptor_add_on_acknowledgement(rk, IC_NAME, on_ack, a);
+    if (api->interceptor_add_on_response_received)
+        api->interceptor_add_on_response_received(rk, IC_NAME, audit_on_response_received, a);
     api->interceptor_add_on_destroy(rk, IC_NAME, on_destroy, a);
     if (a->s.emit)
         fprintf(stderr, "%%6|kafka-audit|%s: producer id %s, audit topic %s, window %lld ms (librdkafka %s)\n",
@@ -443,8 +447,7 @@ static rd_kafka_resp_err_t on_send(rd_kafka_t *rk, rd_kafka_message_t *m, void *
 }
 
 static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *ic_opaque) {
-    (void)rk;
-    audit_on_ack(ic_opaque, m); /* counts it, and takes back its stamp's header list (header_pool.c) */
+    audit_on_ack(ic_opaque, rk, m); /* counts it, and takes back its stamp's header list (header_pool.c) */
     return RD_KAFKA_RESP_ERR_NO_ERROR;
 }
 

@@ -110,6 +110,8 @@ const struct rk_api *rk_api_resolve(const void *caller, char *errstr, size_t err
         R(message_timestamp, "rd_kafka_message_timestamp")
         R(topic_name, "rd_kafka_topic_name")
 #undef R
+        *(void **)(&t->interceptor_add_on_response_received) =
+            dlsym(t->handle, "rd_kafka_interceptor_add_on_response_received"); /* optional */
         tables[n_tables] = tmp;
         out = &tables[n_tables++];
     } while (0);

@@ -28,6 +28,10 @@ struct rk_api {
                                                               rd_kafka_interceptor_f_on_acknowledgement_t *, void *);
     rd_kafka_resp_err_t (*interceptor_add_on_destroy)(rd_kafka_t *, const char *,
                                                       rd_kafka_interceptor_f_on_destroy_t *, void *);
+    /* optional (librdkafka >= 1.6; NULL before): acknowledgements then read the clock each (acknowledgements.c) */
+    rd_kafka_resp_err_t (*interceptor_add_on_response_received)(rd_kafka_t *, const char *,
+                                                                rd_kafka_interceptor_f_on_response_received_t *,
+                                                                void *);
     rd_kafka_conf_res_t (*conf_get)(const rd_kafka_conf_t *, const char *, char *, size_t *);
     const char **(*conf_dump)(rd_kafka_conf_t *, size_t *);
     void (*conf_dump_free)(const char **, size_t);

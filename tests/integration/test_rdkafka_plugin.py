@@ -73,6 +73,8 @@ def _check_exact(truth: Verification, topic: str, n: int, client_id: str) -> lis
         assert s.producer_identity is not None and s.producer_identity.library == "kafka-audit-librdkafka"
         assert s.producer_identity.client_id == client_id and s.source == client_id
         assert s.latency_p50_ms is not None and s.latency_max_ms is not None
+        # from the Produce response's receive time: after every CreateTime of the records it acknowledges
+        assert 0 <= s.latency_p50_ms <= s.latency_max_ms and 0 < s.latency_max_ms < 60_000, s
     acked: dict[int, int] = defaultdict(int)
     for s in finals:
         for p in s.partitions:
