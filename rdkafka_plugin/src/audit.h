@@ -120,6 +120,7 @@ struct auditor {
     _Alignas(CACHE_LINE) pthread_mutex_t lock;
     uint64_t last_sequence;
     struct window *last;
+    const char *last_topic; /* librdkafka's name string of last's topic (the address compared first) */
     struct header_stack send_pool; /* header lists for on_send to reuse (header_pool.c) */
     /* on_acknowledgement's: the acknowledgement lock (taken after `lock` when both are needed) and its own */
     _Alignas(CACHE_LINE) pthread_mutex_t ack_lock;
