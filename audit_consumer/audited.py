@@ -54,6 +54,7 @@ from audit_record.record import consumer_tier
 from kafka_plumbing.errors import ConfigError, KafkaAuditError
 from kafka_plumbing.security import KafkaSecurity, client_config
 from kafka_plumbing.topics import (
+    STATE_KEY_PLACEMENT,
     STATE_PRODUCER_LIMITS,
     TopicError,
     connection_config,
@@ -396,6 +397,7 @@ class AuditedConsumer:
                     "linger.ms": 20,
                     "enable.idempotence": True,
                     "acks": "all",
+                    **STATE_KEY_PLACEMENT,
                 }
             )
             try:

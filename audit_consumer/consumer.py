@@ -50,6 +50,7 @@ from audit_record import DeadLetter, cluster_tier, encode, now_ms
 from kafka_plumbing.errors import KafkaAuditError
 from kafka_plumbing.security import client_config
 from kafka_plumbing.topics import (
+    STATE_KEY_PLACEMENT,
     STATE_PRODUCER_LIMITS,
     TopicError,
     ensure_consumer_tier_topics,
@@ -143,6 +144,7 @@ class AuditConsumer(TransactionRecovery):
             "linger.ms": 20,
             "enable.idempotence": True,
             "acks": "all",
+            **STATE_KEY_PLACEMENT,
         }
         self._producer = Producer(self._producer_config)
         self._txn_timeout_s = settings.transaction_timeout_ms / 1000

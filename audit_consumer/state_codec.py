@@ -59,29 +59,30 @@ def state_key(group: str, topic: str, partition: int) -> bytes:
 def newest_values(messages: Iterable[Message], wanted: Mapping[bytes, K]) -> dict[K, bytes]:
     """Return the newest value of each wanted key among state-topic ``messages`` (in any partition order).
 
-    Within a partition the log's order decides (the later offset). A key met in two partitions (a JVM
-    interceptor placed keys with Kafka's murmur2 until it placed them as librdkafka does,
-    ``audit_record/partition_vectors.json``) is taken from the record with the later timestamp
-    (CreateTime, ms). Tombstones (no value) are skipped.
+    A key's records share one partition, whose log order decides (the key's last record there). A key met in
+    two partitions (a JVM interceptor placed keys with Kafka's murmur2 until it placed them as librdkafka
+    does, ``audit_record/partition_vectors.json``) is taken from the partition whose last record of the key
+    has the later timestamp (CreateTime, ms; ties: the higher partition), as the JVM's ``StateTopicReader``
+    does. A tombstone (no value) there means no state.
 
     Args:
-        messages: consumed records of the state topic, without errors.
+        messages: consumed records of the state topic, without errors, each partition's in offset order.
         wanted: state key (:func:`state_key`) -> what to return it under.
 
     Returns:
         ``wanted``'s value -> the newest value found; keys with none are absent.
     """
-    found: dict[K, tuple[int, int, bytes]] = {}  # -> (partition, timestamp ms, value)
+    last: dict[K, dict[int, tuple[int, bytes | None]]] = {}  # -> partition -> (timestamp ms, value)
     for m in messages:
         key = wanted.get(m.key() or b"")
-        value = m.value()
-        if key is None or value is None:
-            continue
-        partition, ts = m.partition(), m.timestamp()[1]
-        seen = found.get(key)
-        if seen is None or seen[0] == partition or ts >= seen[1]:
-            found[key] = (partition, ts, value)
-    return {k: v for k, (_, _, v) in found.items()}
+        if key is not None:
+            last.setdefault(key, {})[m.partition()] = (m.timestamp()[1], m.value())
+    out: dict[K, bytes] = {}
+    for key, by_partition in last.items():
+        _, (_, value) = max(by_partition.items(), key=lambda pv: (pv[1][0], pv[0]))
+        if value is not None:
+            out[key] = value
+    return out
 
 
 def _bucket_out(start: int, pid: bytes | None, b: list, closed: bool) -> dict[str, Any]:

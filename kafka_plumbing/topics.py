@@ -64,6 +64,13 @@ STATE_PRODUCER_LIMITS = {"message.max.bytes": STATE_MAX_MESSAGE_BYTES + 64 * 102
 interceptors' audit producer sets ``max.request.size`` alike). Put first in a configuration: an operator's own
 ``message.max.bytes`` wins."""
 
+STATE_KEY_PLACEMENT = {"partitioner": "consistent_random"}
+"""librdkafka settings of a producer that writes states: a state key goes where librdkafka's default
+partitioner puts it (CRC-32 of the key mod partitions; ``audit_record/partition_vectors.json``), as the JVM
+interceptors' ``ConsistentRandomPartitioner`` does, so that a key's records share one log, whose order is what
+"newest" means. Put last in a configuration: an operator's own ``partitioner`` (e.g. ``murmur2_random``, for
+Java's placement of the application's keys) must not move the states."""
+
 
 class TopicError(KafkaAuditError):
     """A topic could not be created or described."""

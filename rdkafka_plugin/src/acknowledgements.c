@@ -96,15 +96,18 @@ static struct window *window_by_sequence(struct auditor *a, const rd_kafka_messa
  * acknowledgement's window (a range check), then in ack_windows, direct-mapped by the topic handle's address
  * and the window start (the entry checked against both), then in the table. The topic is compared by the
  * address of librdkafka's name string first (rd_kafka_topic_name: the topic object's own string, which lives as
- * long as the client instance keeps the topic, so one address is one topic), by strcmp only when the addresses
- * differ: a strcmp per record was 1.7% of an audited producer's CPU samples (perf, 100-byte messages). */
+ * long as the client instance, so one address is one topic while one instance uses the auditor), by strcmp when
+ * the addresses differ or once the auditor served a second instance (reader mode's swap: the first instance's
+ * strings are freed with it, and the second's may take their addresses). A strcmp per record was 1.7% of an
+ * audited producer's CPU samples (perf, 100-byte messages). */
 static struct window *window_by_key(struct auditor *a, const rd_kafka_message_t *m, long long ts,
                                     rd_kafka_timestamp_type_t tstype) {
     if (tstype != RD_KAFKA_TIMESTAMP_CREATE_TIME || ts <= 0 || __atomic_load_n(&a->unstamped, __ATOMIC_RELAXED))
         return NULL;
     const char *topic = a->api->topic_name(m->rkt);
     struct window *w = a->ack_last;
-    if (!w || ts < w->start || ts >= w->end || (topic != a->ack_last_topic && strcmp(w->topic, topic))) {
+    if (!w || ts < w->start || ts >= w->end ||
+        ((topic != a->ack_last_topic || __atomic_load_n(&a->shared, __ATOMIC_RELAXED)) && strcmp(w->topic, topic))) {
         long long start = window_start(ts, a->s.window_ms);
         uint64_t h = ((uint64_t)start ^ (uint64_t)(uintptr_t)m->rkt) * 0x9e3779b97f4a7c15ULL;
         struct window **entry = &a->ack_windows[h >> 60 & (ACK_WINDOW_CACHE - 1)];

@@ -109,6 +109,7 @@ struct auditor {
     rd_kafka_t *audit_rk;
     long long next_producer_attempt_ms;
     int refs;                        /* reader mode: the client instances sharing this auditor (by id) */
+    int shared; /* reader mode: it served a second instance, whose topic names live at other addresses (atomic) */
     struct auditor *next_registered; /* reader mode: the registry of auditors by id (reader.c) */
     /* the acknowledgements' fast path (auditor.c): off once a message went out unstamped; windows created
      * after one was removed with records in flight place their acknowledgements by sequence */

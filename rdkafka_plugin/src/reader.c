@@ -24,8 +24,12 @@ struct auditor *registry_attach(const char *id_text) {
     struct auditor *a = registry;
     while (a && strcmp(a->id_text, id_text))
         a = a->next_registered;
-    if (a)
+    if (a) {
         a->refs++;
+        /* from now on topics are compared by name only: an instance's name strings are freed with it, and
+         * another instance's may take their addresses (auditor.c, acknowledgements.c) */
+        __atomic_store_n(&a->shared, 1, __ATOMIC_SEQ_CST);
+    }
     pthread_mutex_unlock(&registry_lock);
     return a;
 }

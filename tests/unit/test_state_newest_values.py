@@ -40,10 +40,19 @@ def test_across_partitions_the_later_timestamp_decides_in_either_reading_order()
     assert newest_values([new, old], WANTED) == {("t", 0): b"new"}
 
 
-def test_other_keys_and_tombstones_are_skipped() -> None:
+def test_a_partitions_last_record_stands_for_it_whatever_the_reading_order() -> None:
+    # P0: a@3000 then b@1000 (a clock behind); P1: c@2000. P0's state is b, older than c.
+    p0 = [_Rec(K0, b"a", 0, 3_000), _Rec(K0, b"b", 0, 1_000)]
+    p1 = [_Rec(K0, b"c", 1, 2_000)]
+    assert newest_values(p0 + p1, WANTED) == {("t", 0): b"c"}
+    assert newest_values(p1 + p0, WANTED) == {("t", 0): b"c"}
+
+
+def test_a_tombstone_as_the_newest_record_means_no_state_and_other_keys_are_skipped() -> None:
     recs = [
         _Rec(K1, b"one", 0, 1),
         _Rec(state_key("consumer:other", "t", 0), b"x", 0, 9),
-        _Rec(K1, None, 0, 2),
+        _Rec(K0, b"zero", 0, 1),
+        _Rec(K0, None, 0, 2),
     ]
     assert newest_values(recs, WANTED) == {("t", 1): b"one"}

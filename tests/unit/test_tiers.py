@@ -397,6 +397,25 @@ def test_re_reads_after_a_crash_are_duplicates_at_the_consumer_tier(broker):
     assert (snap.received, snap.unique, snap.duplicated) == (140, 100, 40)
 
 
+def test_states_go_where_librdkafka_puts_keys_whatever_the_extra_config(broker, monkeypatch):
+    # the JVM interceptors place state keys so (ConsistentRandomPartitioner): one partition per key
+    configs = []
+    monkeypatch.setattr(
+        audited_mod, "Producer", lambda config: configs.append(config) or FakeProducer(broker, config)
+    )
+    audit = ConsumerAuditSettings(
+        window_ms=10_000, snapshot_interval_ms=60_000, extra_config={"partitioner": "murmur2_random"}
+    )
+    c = AuditedConsumer({"bootstrap.servers": "b:1", "group.id": "app"}, audit)
+    c.subscribe(["orders"])
+    c._consumer.queue = _msgs("orders", range(1, 11))
+    assert len(c.consume(10, 1.0)) == 10
+    c.commit()
+    c.close()
+    assert configs and all(cfg["partitioner"] == "consistent_random" for cfg in configs)
+    assert any(t == audit.state_topic for t in broker.topics)
+
+
 def test_audited_consumer_needs_a_group_and_never_raises_on_audit_failures(broker, monkeypatch):
     with pytest.raises(ConfigError):
         AuditedConsumer({"bootstrap.servers": "b:1"})

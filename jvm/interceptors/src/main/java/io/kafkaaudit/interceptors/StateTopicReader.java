@@ -34,8 +34,10 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  *
  * <p>A key's records are in one partition (every writer places keys as librdkafka does,
  * {@link ConsistentRandomPartitioner}), where the later offset is the newer record. A key found in two partitions
- * (written by a JVM interceptor of a version that placed keys with Kafka's murmur2) is taken from the record with
- * the later timestamp.
+ * (written by a JVM interceptor of a version that placed keys with Kafka's murmur2) is taken from the partition
+ * whose last record of the key has the later timestamp (ties: the higher partition), whatever order the partitions
+ * are read in; a tombstone there means no state. Python's readers choose alike
+ * ({@code audit_consumer.state_codec.newest_values}).
  *
  * <p>A log replaced under the index (the topic deleted and created again, a truncation) shows as offsets going
  * back, or as another key at a key's indexed offset: the index then starts from empty, as it does at least every
@@ -53,8 +55,20 @@ final class StateTopicReader implements AutoCloseable {
         Map<String, byte[]> read(Set<String> keys, Duration budget) throws Exception;
     }
 
-    /** Where a key's newest record is, and its timestamp (ms). */
-    private record Location(TopicPartition partition, long offset, long timestamp) {}
+    /** Where a key's last record in one partition is, its timestamp (ms), and whether it is a tombstone. */
+    private record Location(TopicPartition partition, long offset, long timestamp, boolean tombstone) {
+        /** The key's newest record among its partitions' last ones: later timestamp, then higher partition. */
+        static Location newest(Map<Integer, Location> byPartition) {
+            Location best = null;
+            for (Location l : byPartition.values()) {
+                if (best == null || l.timestamp() > best.timestamp()
+                        || (l.timestamp() == best.timestamp() && l.partition().partition() > best.partition().partition())) {
+                    best = l;
+                }
+            }
+            return best;
+        }
+    }
 
     private final Supplier<Consumer<byte[], byte[]>> factory;
     private final String topic;
@@ -62,8 +76,11 @@ final class StateTopicReader implements AutoCloseable {
     private final ReentrantLock lock = new ReentrantLock();
     /** Per partition, the next offset to scan (absent: from the start). Under {@link #lock}. */
     private final Map<TopicPartition, Long> scanned = new HashMap<>();
-    /** Per key of the tier, its newest record (absent: none, or a tombstone). Under {@link #lock}. */
-    private final Map<String, Location> newest = new HashMap<>();
+    /**
+     * Per key of the tier, its last record in each partition that has one (one partition but for records placed by
+     * an earlier version); the key's state is the newest of them ({@link Location#newest}). Under {@link #lock}.
+     */
+    private final Map<String, Map<Integer, Location>> newest = new HashMap<>();
     private volatile Consumer<byte[], byte[]> consumer;
     private volatile boolean woken;
     private boolean closed;
@@ -173,10 +190,10 @@ final class StateTopicReader implements AutoCloseable {
     }
 
     private Map<String, byte[]> scanAndFetch(Consumer<byte[], byte[]> c, Set<String> keys, long deadline) {
-        Map<String, byte[]> found = new HashMap<>();
+        Map<String, Scanned> found = new HashMap<>();
         List<PartitionInfo> infos = c.partitionsFor(topic, left(deadline));
         if (infos == null || infos.isEmpty()) {
-            return found;
+            return new HashMap<>();
         }
         List<TopicPartition> tps = new ArrayList<>();
         for (PartitionInfo i : infos) {
@@ -220,20 +237,33 @@ final class StateTopicReader implements AutoCloseable {
                 }
             }
         }
+        Map<String, byte[]> out = new HashMap<>();
         for (String k : keys) {
-            Location l = newest.get(k);
-            if (!found.containsKey(k) && l != null) {
-                byte[] v = fetch(c, l, k, end.getOrDefault(l.partition(), 0L), deadline);
-                if (v != null) {
-                    found.put(k, v);
+            while (newest.containsKey(k)) {
+                Location l = Location.newest(newest.get(k));
+                if (l.tombstone()) {
+                    break; // no state
                 }
+                Scanned v = found.get(k);
+                if (v != null && v.at().equals(l)) {
+                    out.put(k, v.value()); // read by this scan
+                    break;
+                }
+                byte[] value = fetch(c, l, k, end.getOrDefault(l.partition(), 0L), deadline);
+                if (value != null) {
+                    out.put(k, value);
+                    break;
+                } // else gone, and forgotten: the next newest, if any
             }
         }
-        return found;
+        return out;
     }
 
-    /** Note where a record of the tier is; keep its value when it is wanted now. */
-    private void index(ConsumerRecord<byte[], byte[]> r, Set<String> keys, Map<String, byte[]> found) {
+    /** A wanted key's record read by the scan, and where. */
+    private record Scanned(Location at, byte[] value) {}
+
+    /** Note where a record of the tier is (the key's last in its partition); keep its value when it is wanted now. */
+    private void index(ConsumerRecord<byte[], byte[]> r, Set<String> keys, Map<String, Scanned> found) {
         if (r.key() == null) {
             return;
         }
@@ -241,21 +271,21 @@ final class StateTopicReader implements AutoCloseable {
         if (!k.startsWith(keyPrefix)) {
             return; // another group's state
         }
-        TopicPartition tp = new TopicPartition(r.topic(), r.partition());
-        Location was = newest.get(k);
-        if (was != null && !was.partition().equals(tp) && was.timestamp() > r.timestamp()) {
-            return; // an older record of the key in another partition (see the class comment)
+        Location at = new Location(new TopicPartition(r.topic(), r.partition()), r.offset(), r.timestamp(),
+                r.value() == null);
+        newest.computeIfAbsent(k, x -> new HashMap<>(2)).put(r.partition(), at);
+        if (keys.contains(k) && r.value() != null) {
+            found.put(k, new Scanned(at, r.value()));
         }
-        if (r.value() == null) {
-            newest.remove(k);
-        } else {
-            newest.put(k, new Location(tp, r.offset(), r.timestamp()));
-        }
-        if (keys.contains(k)) {
-            if (r.value() == null) {
-                found.remove(k);
-            } else {
-                found.put(k, r.value());
+    }
+
+    /** Forget the key's record at {@code l} (gone from the log); the key, when it has no other. */
+    private void forgetRecord(String key, Location l) {
+        Map<Integer, Location> byPartition = newest.get(key);
+        if (byPartition != null && l.equals(byPartition.get(l.partition().partition()))) {
+            byPartition.remove(l.partition().partition());
+            if (byPartition.isEmpty()) {
+                newest.remove(key);
             }
         }
     }
@@ -284,11 +314,11 @@ final class StateTopicReader implements AutoCloseable {
                         }
                         return r.value();
                     }
-                    newest.remove(key); // gone
+                    forgetRecord(key, l); // gone
                     return null;
                 }
                 if (c.position(l.partition(), left(deadline)) > l.offset()) {
-                    newest.remove(key); // skipped (e.g. an aborted transaction's record): gone
+                    forgetRecord(key, l); // skipped (e.g. an aborted transaction's record): gone
                     return null;
                 }
             }

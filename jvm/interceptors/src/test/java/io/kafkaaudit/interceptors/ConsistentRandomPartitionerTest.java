@@ -13,12 +13,9 @@ import java.util.List;
 import java.util.Map;
 import java.util.HexFormat;
 import java.util.Set;
-import org.apache.kafka.clients.producer.MockProducer;
-import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.Cluster;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.PartitionInfo;
-import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.junit.jupiter.api.Test;
 
 /** The shared key placement vectors (audit_record/partition_vectors.json, copied by the build), as librdkafka places them. */
@@ -86,16 +83,10 @@ class ConsistentRandomPartitionerTest {
     }
 
     @Test
-    void theAuditProducerUsesItWhateverTheOverridesSay() throws Exception {
+    void theAuditProducerUsesItWhateverTheOverridesSay() {
         Map<String, Object> c = AuditTopicWriter.producerConfig(
                 Map.of("bootstrap.servers", "b:9092"), Map.of("partitioner.class", "x.Y"), "id");
         assertEquals(ConsistentRandomPartitioner.class, c.get("partitioner.class"));
-        // and a producer built with it places a state key as librdkafka does
-        byte[] key = ConsumerStateCodec.key("consumer:g", "t", 0);
-        try (MockProducer<byte[], byte[]> p = new MockProducer<>(cluster("s", 3, 3), true,
-                new ConsistentRandomPartitioner(), new ByteArraySerializer(), new ByteArraySerializer())) {
-            int partition = p.send(new ProducerRecord<>("s", key, new byte[] {1})).get().partition();
-            assertEquals(ConsistentRandomPartitioner.partitionOf(key, 3), partition);
-        }
+        // where it puts a state key end to end: tests/integration/test_jvm_interceptors.py
     }
 }

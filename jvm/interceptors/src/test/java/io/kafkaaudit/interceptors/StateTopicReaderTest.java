@@ -159,6 +159,28 @@ class StateTopicReaderTest {
     }
 
     @Test
+    void aPartitionsLastRecordStandsForItWhateverTheReadingOrder() {
+        // P0: a@3000 then b@1000 (a clock behind), P1: c@2000: P0's state is b, older than c (as Python's readers).
+        // Each order is forced by an incremental read between the partitions' records.
+        for (boolean cFirst : new boolean[] {true, false}) {
+            Log log = new Log();
+            StateTopicReader reader = new StateTopicReader(() -> new LogConsumer(log), TOPIC, TIER);
+            if (cFirst) {
+                log.appendAt(P1, key(0), "c", 2_000);
+                assertArrayEquals(bytes("c"), reader.read(Set.of(key(0)), BUDGET).get(key(0)));
+                log.appendAt(P0, key(0), "a", 3_000).appendAt(P0, key(0), "b", 1_000);
+            } else {
+                log.appendAt(P0, key(0), "a", 3_000).appendAt(P0, key(0), "b", 1_000);
+                assertArrayEquals(bytes("b"), reader.read(Set.of(key(0)), BUDGET).get(key(0)));
+                log.appendAt(P1, key(0), "c", 2_000);
+            }
+            assertArrayEquals(bytes("c"), reader.read(Set.of(key(0)), BUDGET).get(key(0)), "c first: " + cFirst);
+            log.appendAt(P1, key(0), null, 4_000); // a tombstone, newest of all: no state
+            assertEquals(Map.of(), reader.read(Set.of(key(0)), BUDGET));
+        }
+    }
+
+    @Test
     void aLaterReadScansOnlyWhatWasWrittenSinceAndFetchesAKeyScannedBefore() {
         Log log = new Log().others(P0, 50).others(P1, 40).append(P1, key(1), "s1").others(P1, 30).append(P0, key(0), "s0");
         LogConsumer c = new LogConsumer(log);
