@@ -149,6 +149,9 @@ rd_kafka_resp_err_t audit_on_response_received(rd_kafka_t *rk, int sockfd, const
 }
 
 void audit_on_ack(struct auditor *a, rd_kafka_t *rk, rd_kafka_message_t *m) {
+    rd_kafka_headers_t *h = NULL; /* the stamp's list, to recycle (header_pool.c) */
+    if (!m->err && a->api->message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR && h)
+        __builtin_prefetch(h); /* first read after the counting: its cache miss overlaps the counting's work */
     rd_kafka_timestamp_type_t tstype;
     long long timestamp_ms = a->api->message_timestamp(m, &tstype);
     rd_kafka_resp_err_t err = m->err;
@@ -199,6 +202,6 @@ void audit_on_ack(struct auditor *a, rd_kafka_t *rk, rd_kafka_message_t *m) {
     }
     if (!w->acks_changed)
         w->acks_changed = 1;
-    header_pool_give(a, m);
+    header_pool_give(a, m, h);
     pthread_mutex_unlock(&a->ack_lock);
 }

@@ -158,7 +158,8 @@ rd_kafka_resp_err_t audit_on_response_received(rd_kafka_t *rk, int sockfd, const
 /* header_pool.c: the stamp's header lists, recycled from acknowledgements to on_send */
 /* A pooled list (its value and length in *value, *value_len), or NULL; under the send lock. */
 rd_kafka_headers_t *header_pool_take(struct auditor *a, void **value, size_t *value_len);
-void header_pool_give(struct auditor *a, rd_kafka_message_t *m); /* under the acknowledgement lock */
+/* m's list h (rd_kafka_message_headers, NULL: none), under the acknowledgement lock */
+void header_pool_give(struct auditor *a, rd_kafka_message_t *m, rd_kafka_headers_t *h);
 void header_pool_free(struct auditor *a);                         /* under both locks, at the end */
 
 /* reader.c: auditors in reader mode (kafka.audit.emit=false), shared by the client instances of one id */

@@ -61,17 +61,16 @@ rd_kafka_headers_t *header_pool_take(struct auditor *a, void **value, size_t *va
     return e->headers;
 }
 
-void header_pool_give(struct auditor *a, rd_kafka_message_t *m) {
+void header_pool_give(struct auditor *a, rd_kafka_message_t *m, rd_kafka_headers_t *h) {
     struct header_stack *st = &a->ack_pool;
-    if (m->err || a->closed || st->n >= HEADER_POOL)
+    if (m->err || !h || a->closed || st->n >= HEADER_POOL)
         return;
     const struct rk_api *api = a->api;
-    rd_kafka_headers_t *h = NULL;
     const char *name = NULL;
     const void *v = NULL;
     size_t len = 0;
-    if (api->message_headers(m, &h) || !h || api->header_cnt(h) != 1 || api->header_get_all(h, 0, &name, &v, &len) ||
-        !name || name[0] != '~' || name[1] != 'a' || name[2] || !v || len == 0)
+    if (api->header_cnt(h) != 1 || api->header_get_all(h, 0, &name, &v, &len) || !name || name[0] != '~' ||
+        name[1] != 'a' || name[2] || !v || len == 0)
         return;
     if (st->n == st->cap) {
         int cap = st->cap ? 2 * st->cap : 1024;
