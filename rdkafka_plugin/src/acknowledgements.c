@@ -106,8 +106,7 @@ static struct window *window_by_key(struct auditor *a, const rd_kafka_message_t 
         return NULL;
     const char *topic = a->api->topic_name(m->rkt);
     struct window *w = a->ack_last;
-    if (!w || ts < w->start || ts >= w->end ||
-        ((topic != a->ack_last_topic || __atomic_load_n(&a->shared, __ATOMIC_RELAXED)) && strcmp(w->topic, topic))) {
+    if (!w || ts < w->start || ts >= w->end || topic_differs(a, w, topic, a->ack_last_topic)) {
         long long start = window_start(ts, a->s.window_ms);
         uint64_t h = ((uint64_t)start ^ (uint64_t)(uintptr_t)m->rkt) * 0x9e3779b97f4a7c15ULL;
         struct window **entry = &a->ack_windows[h >> 60 & (ACK_WINDOW_CACHE - 1)];

@@ -4,6 +4,7 @@
 #define KAFKA_AUDIT_AUDIT_H
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "rdkafka_api.h"
 
@@ -133,6 +134,14 @@ struct auditor {
 };
 
 long long now_ms(void);
+
+/* Whether window w is not of `topic` (librdkafka's name string of the record's topic), `cached` the name string
+ * the caller last saw w's topic under: compared by address first, by strcmp when the addresses differ or once
+ * the auditor served a second instance (acknowledgements.c's window_by_key says why). */
+static inline int topic_differs(const struct auditor *a, const struct window *w, const char *topic,
+                                const char *cached) {
+    return (topic != cached || __atomic_load_n(&a->shared, __ATOMIC_RELAXED)) && strcmp(w->topic, topic);
+}
 
 /* The start of the window of timestamp_ms (floor to a multiple of window_ms; one division). */
 static inline long long window_start(long long timestamp_ms, long long window_ms) {

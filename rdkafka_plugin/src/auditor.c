@@ -220,7 +220,7 @@ int audit_on_send(struct auditor *a, const char *topic, long long timestamp_ms, 
     }
     struct window *w = a->last; /* the previous message's window: its [start, end) holds the timestamp? */
     if (!w || timestamp_ms < w->start || timestamp_ms >= w->end || w->state != WINDOW_OPEN ||
-        ((topic != a->last_topic || __atomic_load_n(&a->shared, __ATOMIC_RELAXED)) && strcmp(w->topic, topic))) {
+        topic_differs(a, w, topic, a->last_topic)) {
         pthread_mutex_lock(&a->ack_lock); /* the table may change */
         w = window_for(a, topic, window_start(timestamp_ms, a->s.window_ms));
         pthread_mutex_unlock(&a->ack_lock);

@@ -325,6 +325,15 @@ static rd_kafka_resp_err_t on_send(rd_kafka_t *rk, rd_kafka_message_t *m, void *
 static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *ic_opaque);
 static rd_kafka_resp_err_t on_destroy(rd_kafka_t *rk, void *ic_opaque);
 
+/* The producer instance rk's hooks into auditor a (on_response_received where librdkafka has it, >= 1.6). */
+static void add_hooks(const struct rk_api *api, rd_kafka_t *rk, struct auditor *a) {
+    api->interceptor_add_on_send(rk, IC_NAME, on_send, a);
+    api->interceptor_add_on_acknowledgement(rk, IC_NAME, on_ack, a);
+    if (api->interceptor_add_on_response_received)
+        api->interceptor_add_on_response_received(rk, IC_NAME, audit_on_response_received, a);
+    api->interceptor_add_on_destroy(rk, IC_NAME, on_destroy, a);
+}
+
 static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, void *ic_opaque, char *errstr,
                                   size_t errstr_size) {
     struct audit_settings *s = ic_opaque;
@@ -333,11 +342,7 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, v
         return RD_KAFKA_RESP_ERR_NO_ERROR; /* consumers: passed through (no on_consume tier yet) */
     struct auditor *a = !s->emit && s->id_text[0] ? registry_attach(s->id_text) : NULL;
     if (a) { /* reader mode: another instance of the same audited producer (a swap): one sequence, one count */
-        api->interceptor_add_on_send(rk, IC_NAME, on_send, a);
-        api->interceptor_add_on_acknowledgement(rk, IC_NAME, on_ack, a);
-        if (api->interceptor_add_on_response_received)
-            api->interceptor_add_on_response_received(rk, IC_NAME, audit_on_response_received, a);
-        api->interceptor_add_on_destroy(rk, IC_NAME, on_destroy, a);
+        add_hooks(api, rk, a);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
     a = aligned_alloc(CACHE_LINE, sizeof *a); /* its per-thread groups on cache lines of their own */
@@ -393,11 +398,7 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, v
     } else {
         a->thread_started = 1;
     }
-    api->interceptor_add_on_send(rk, IC_NAME, on_send, a);
-    api->interceptor_add_on_acknowledgement(rk, IC_NAME, on_ack, a);
-    if (api->interceptor_add_on_response_received)
-        api->interceptor_add_on_response_received(rk, IC_NAME, audit_on_response_received, a);
-    api->interceptor_add_on_destroy(rk, IC_NAME, on_destroy, a);
+    add_hooks(api, rk, a);
     if (a->s.emit)
         fprintf(stderr, "%%6|kafka-audit|%s: producer id %s, audit topic %s, window %lld ms (librdkafka %s)\n",
                 a->client_id, a->id_text, a->s.topic, a->s.window_ms, api->version_str());
