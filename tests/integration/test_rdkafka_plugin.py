@@ -53,6 +53,18 @@ def _audit_settings(audit_topic: str) -> dict[str, str]:
     }
 
 
+def _plugin_producer(bootstrap: str, audit_topic: str, **config: str | int) -> confluent_kafka.Producer:
+    """A ``confluent_kafka.Producer`` audited by the plugin alone, into ``audit_topic``."""
+    return confluent_kafka.Producer(
+        {
+            "plugin.library.paths": str(rdkafka_plugin()),  # first: it defines the kafka.audit.* properties
+            "bootstrap.servers": bootstrap,
+            **_audit_settings(audit_topic),
+            **config,
+        }
+    )
+
+
 def _check_exact(truth: Verification, topic: str, n: int, client_id: str) -> list[AuditRecord]:
     """Every window exact against the verifier; return the producer snapshots of ``topic``."""
     assert truth.messages == n and truth.malformed_stamps == 0
@@ -104,14 +116,7 @@ def test_confluent_kafka_producer_audited_by_the_plugin_alone(
 ) -> None:
     audit_topic = unique_name(request, ".audit")
     ensure_topic(kconfig, audit_topic, 3)
-    producer = confluent_kafka.Producer(
-        {
-            "plugin.library.paths": str(rdkafka_plugin()),
-            "bootstrap.servers": bootstrap,
-            "client.id": "ck-audited",
-            **_audit_settings(audit_topic),
-        }
-    )
+    producer = _plugin_producer(bootstrap, audit_topic, **{"client.id": "ck-audited"})
     for i in range(N):
         # every other record with application headers: the stamp is added to them
         headers = [("app", b"1")] if i % 2 else None
@@ -196,15 +201,7 @@ def test_acknowledgement_latency_is_each_produce_responses_receive_time_minus_cr
     below their CreateTimes, reported as 0."""
     audit_topic = unique_name(request, ".audit")
     ensure_topic(kconfig, audit_topic, 3)
-    producer = confluent_kafka.Producer(
-        {
-            "plugin.library.paths": str(rdkafka_plugin()),
-            "bootstrap.servers": bootstrap,
-            "client.id": "ck-latency",
-            "linger.ms": 200,
-            **_audit_settings(audit_topic),
-        }
-    )
+    producer = _plugin_producer(bootstrap, audit_topic, **{"client.id": "ck-latency", "linger.ms": 200})
     producer.list_topics(topic, timeout=30)
     for burst in range(3):
         for i in range(100):
@@ -278,14 +275,7 @@ def test_plugin_and_java_interceptor_on_one_topic_reconcile_exactly(
             stderr=subprocess.STDOUT,
             text=True,
         )
-        producer = confluent_kafka.Producer(
-            {
-                "plugin.library.paths": str(rdkafka_plugin()),
-                "bootstrap.servers": bootstrap,
-                "client.id": "ck-audited",
-                **_audit_settings(audit_topic),
-            }
-        )
+        producer = _plugin_producer(bootstrap, audit_topic, **{"client.id": "ck-audited"})
         for i in range(n_python):
             producer.produce(topic, value=b"p" * 100)
             if i % 1000 == 0:
@@ -364,14 +354,7 @@ def test_a_late_record_continues_its_closed_windows_counts(
     next final counts it on top of the earlier ones (the JVM's retired windows), never from 0 again."""
     audit_topic = unique_name(request, ".audit")
     ensure_topic(kconfig, audit_topic, 3)
-    producer = confluent_kafka.Producer(
-        {
-            "plugin.library.paths": str(rdkafka_plugin()),
-            "bootstrap.servers": bootstrap,
-            **_audit_settings(audit_topic),
-            "kafka.audit.snapshot.interval.ms": "200",
-        }
-    )
+    producer = _plugin_producer(bootstrap, audit_topic, **{"kafka.audit.snapshot.interval.ms": "200"})
     old = int(time.time() * 1000) - 60_000  # a window long over: it closes once its records are reported
     start = old - old % WINDOW_MS
 
