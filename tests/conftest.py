@@ -8,9 +8,12 @@ the other (they change the host's network). Tests marked ``solo`` run afterwards
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import logging
 import os
 import re
+import shutil
 import uuid
 from collections.abc import Iterator
 
@@ -58,6 +61,28 @@ def release_clients() -> None:
     use must be closed by their tests.
     """
     gc.collect()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_stale_host_rules() -> None:
+    """Remove the iptables chains and testbed namespaces of test or soak processes that were killed.
+
+    Their rules stay in the host's ``OUTPUT`` chain after SIGKILL and drop loopback traffic of whatever
+    later draws their ports (docs/DESIGN.md, "Chains of a killed process"). Only chains and namespaces
+    named for a process that has ended are removed, so a concurrent session's are kept. Without root, or
+    without the lab installed, nothing to do.
+    """
+    try:
+        from testbed.host_chains import remove_stale_chains
+        from testbed.netns import NetworkError, cleanup_stale
+    except ImportError:
+        return
+    removed = remove_stale_chains()
+    if os.geteuid() == 0 and shutil.which("ip"):
+        with contextlib.suppress(NetworkError):
+            removed += cleanup_stale()
+    if removed:
+        logging.getLogger(__name__).warning("removed what killed processes left: %s", ", ".join(removed))
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,8 @@
 
 Every process here talks over loopback, so a port rule alone cannot isolate a broker: its own outgoing
 connections (fetching as a follower, heartbeating to the KRaft controller) leave from ephemeral ports.
-So the cut is three kinds of rules in the soak's own chain ``KAFKA_AUDIT_SOAK`` (jumped to from
-``OUTPUT``; every loopback packet passes ``OUTPUT``):
+So the cut is three kinds of rules in the soak's own chain ``KA-<pid>-soak`` (jumped to from ``OUTPUT``;
+every loopback packet passes ``OUTPUT``; named for its process, :mod:`testbed.host_chains`):
 
 * ``-m cgroup --path kafka-audit-soak-cut -j DROP``: what the broker sends on sockets it opens during
   the cut (it is moved into that cgroup v2 group first; a socket keeps the cgroup it was created in,
@@ -14,32 +14,28 @@ So the cut is three kinds of rules in the soak's own chain ``KAFKA_AUDIT_SOAK`` 
 * the same for its broker and controller ports: everything sent to it.
 
 Undoing deletes exactly those: the jump, the chain's rules, the chain, the cgroup (the process is moved
-back first). Global chains are never flushed. ``tc netem`` does not exist on this kernel.
+back first). Global chains are never flushed. A soak killed during a cut cannot undo it: the next soak (and
+the next test session) removes the chain of a process that has ended. ``tc netem`` does not exist on this
+kernel.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 from pathlib import Path
+
+from testbed.host_chains import HostChainError, chain_name, create_chain, remove_chain, remove_stale_chains
 
 from kafka_plumbing.errors import KafkaAuditError
 
-CHAIN = "KAFKA_AUDIT_SOAK"
+CHAIN_TAG = "soak"
 CGROUP_ROOT = Path("/sys/fs/cgroup/unified")
 CGROUP = "kafka-audit-soak-cut"
 
 
 class NetworkCutError(KafkaAuditError):
     """iptables or the cgroup could not be set up (not root, no cgroup v2, no iptables)."""
-
-
-def _iptables(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(["iptables", "-w", *args], capture_output=True, text=True, check=False)
-    if check and result.returncode != 0:
-        raise NetworkCutError(f"iptables {' '.join(args)}: {result.stderr.strip()}")
-    return result
 
 
 def _cgroup_root() -> Path:
@@ -89,6 +85,7 @@ class BrokerCut:
         self.pid = pid
         self.ports = ports
         self.cut_ports: list[int] = []
+        self.chain = chain_name(CHAIN_TAG)
         self.active = False
 
     def __enter__(self) -> BrokerCut:
@@ -108,15 +105,13 @@ class BrokerCut:
             group = _cgroup_root() / CGROUP
             group.mkdir(exist_ok=True)
             (group / "cgroup.procs").write_text(str(self.pid))
-            _iptables("-N", CHAIN)
             self.active = True
-            _iptables("-A", CHAIN, "-m", "cgroup", "--path", CGROUP, "-j", "DROP")
             self.cut_ports = sorted(set(self.ports) | socket_ports(self.pid))
+            rules = [["-m", "cgroup", "--path", CGROUP, "-j", "DROP"]]
             for port in self.cut_ports:
-                _iptables("-A", CHAIN, "-p", "tcp", "--dport", str(port), "-j", "DROP")
-                _iptables("-A", CHAIN, "-p", "tcp", "--sport", str(port), "-j", "DROP")
-            _iptables("-I", "OUTPUT", "-j", CHAIN)
-        except (OSError, NetworkCutError) as exc:
+                rules += [["-p", "tcp", side, str(port), "-j", "DROP"] for side in ("--dport", "--sport")]
+            create_chain(self.chain, rules)
+        except (OSError, HostChainError) as exc:
             self.undo()
             raise NetworkCutError(f"cutting off PID {self.pid}: {exc}") from exc
 
@@ -125,10 +120,7 @@ class BrokerCut:
 
         Idempotent and never raises for what is already gone (it runs in ``finally`` blocks).
         """
-        while _iptables("-D", "OUTPUT", "-j", CHAIN, check=False).returncode == 0:
-            pass
-        _iptables("-F", CHAIN, check=False)  # our own chain only
-        _iptables("-X", CHAIN, check=False)
+        remove_chain(self.chain)
         group = _cgroup_root() / CGROUP
         root_procs = _cgroup_root() / "cgroup.procs"
         try:
@@ -142,5 +134,9 @@ class BrokerCut:
 
 
 def clean_up_leftovers() -> None:
-    """Undo a cut a killed soak left behind (its chain and cgroup), before a new soak starts."""
+    """Undo a cut a killed soak left behind (its chain and cgroup), and this process's own.
+
+    Called before a soak starts and when it stops.
+    """
+    remove_stale_chains()
     BrokerCut(0, []).undo()

@@ -37,6 +37,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
+from testbed.host_chains import chain_name, create_chain, remove_chain
 
 from alerts import AlertSettings, attach_to_job
 from alerts.codec import decode_alert
@@ -70,21 +71,19 @@ PRODUCER_GID = 40_016  # the producer process's group: what the iptables rule ma
 class BrokerCut:
     """An iptables chain of its own that resets TCP requests from processes of ``gid`` to one local port.
 
-    Jumped to from OUTPUT (loopback traffic passes it); removed in :meth:`remove` (rule, jump, chain),
-    never flushing a global chain, as other tests on the host may use iptables at the same time.
+    Jumped to from OUTPUT (loopback traffic passes it); removed in :meth:`remove` (rules, jump, chain),
+    never flushing a global chain, as other tests on the host may use iptables at the same time. Named for
+    this process (:func:`testbed.host_chains.chain_name`), so a later session removes it if this one is
+    killed before :meth:`remove`.
     """
 
-    PREFIX = "KA16"
-    """The chain's name prefix (then the test process's pid and the port)."""
+    TAG = "reset-"
+    """The chain's tag before the port (:func:`~testbed.host_chains.chain_name`)."""
 
     def __init__(self, port: int, gid: int) -> None:
-        self.chain = f"{self.PREFIX}-{os.getpid()}-{port}"
+        self.chain = chain_name(f"{self.TAG}{port}")
         self.port, self.gid = port, gid
         self.active = False
-
-    @staticmethod
-    def _ipt(*args: str, check: bool = True) -> None:
-        subprocess.run(["iptables", "-w", *args], check=check, capture_output=True)
 
     def rules(self) -> list[list[str]]:
         """The chain's rules, each after the match on the port and the group id.
@@ -97,19 +96,14 @@ class BrokerCut:
         return [["--syn", *reset], ["--tcp-flags", "PSH", "PSH", *reset]]
 
     def apply(self) -> None:
-        self._ipt("-N", self.chain)
-        self.active = True
         match = ["-p", "tcp", "-d", "127.0.0.1", "--dport", str(self.port), "-m", "owner", "--gid-owner"]
-        for rule in self.rules():
-            self._ipt("-A", self.chain, *match, str(self.gid), *rule)
-        self._ipt("-I", "OUTPUT", "-j", self.chain)
+        create_chain(self.chain, [[*match, str(self.gid), *rule] for rule in self.rules()])
+        self.active = True
 
     def remove(self) -> None:
         if not self.active:
             return
-        self._ipt("-D", "OUTPUT", "-j", self.chain, check=False)
-        self._ipt("-F", self.chain, check=False)
-        self._ipt("-X", self.chain, check=False)
+        remove_chain(self.chain)
         self.active = False
 
 

@@ -91,7 +91,7 @@ class ConsumerCut(BrokerCut):
     """:class:`~tests.integration.test_attribution.BrokerCut`'s chain, dropping every packet instead of
     resetting the connection: the consumer's fetches hang, as from a broker cut off the network."""
 
-    PREFIX = "KA-CUT"
+    TAG = "drop-"
 
     def rules(self) -> list[list[str]]:
         return [["-j", "DROP"]]
