@@ -30,6 +30,7 @@ from typing import Any
 from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
+    OFFSET_STORED,
     Consumer,
     KafkaError,
     KafkaException,
@@ -281,20 +282,38 @@ class AuditConsumer(TransactionRecovery):
 
     # ------------------------------------------------------------------ rebalancing
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Load the assigned partitions' states and read each from where its state ends.
+
+        A partition with a state resumes at the state's ``next_offset``, not at the group's committed
+        offset: the state topic is read ``read_committed``, to its last stable offset, which another
+        instance's open transaction (one hung in librdkafka, or a producer abandoned after it) holds back,
+        so the newest state found can be older than the offsets committed with a newer one. Resuming at
+        the committed offset with that older state lost the messages in between (the 5-minute soak: a
+        window counted 111 of 338). From the state's own position every message after it is counted once,
+        whatever the group committed; a partition without a state starts at the committed offset.
+        """
         keys = [(p.topic, p.partition) for p in partitions]
         loaded = self._load_states(keys)
         for key in keys:
             self._parts[key] = loaded.get(key) or PartitionCounts(
                 key[0], key[1], self.s.window_ms, self.s.grace_ms
             )
-        if self.s.external_offsets:  # the offsets are in the state, not in the group: start there
-            consumer.assign([self._state_position(key) for key in keys])
+        consumer.assign([self._state_position(key) for key in keys])
         log.info("assigned %s", keys)
 
-    def _state_position(self, key: tuple[str, int]) -> TopicPartition:
-        """Where to read ``key`` from with offsets kept in the state: its ``next_offset``, else the start."""
+    def _state_position(self, key: tuple[str, int], committed: int = OFFSET_STORED) -> TopicPartition:
+        """Where to read ``key`` from: its state's ``next_offset``.
+
+        Without a state: ``committed`` (default ``OFFSET_STORED``: the group's committed offset), or the
+        start where the offsets are kept in the state or ``committed`` is no offset.
+        """
         st = self._parts.get(key)
-        off = st.next_offset if st is not None and st.next_offset >= 0 else OFFSET_BEGINNING
+        if st is not None and st.next_offset >= 0:
+            off = st.next_offset
+        elif self.s.external_offsets or (committed < 0 and committed != OFFSET_STORED):
+            off = OFFSET_BEGINNING
+        else:
+            off = committed
         return TopicPartition(key[0], key[1], off)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:

@@ -118,6 +118,10 @@ class TransactionRecovery:
         """Subscribe the input consumer to the topics to audit (its assignment loads their state)."""
         raise NotImplementedError
 
+    def _state_position(self, key: tuple[str, int], committed: int) -> TopicPartition:
+        """Where to read partition ``key`` from: its state's end, else ``committed``."""
+        raise NotImplementedError
+
     # ------------------------------------------------------------------ recoveries
     def _transaction_failed(self, exc: KafkaException) -> None:
         """Abort the failed transaction and rewind; a fenced producer takes its id back first.
@@ -319,8 +323,9 @@ class TransactionRecovery:
             self._parts[key] = loaded.get(key) or PartitionCounts(
                 key[0], key[1], self.s.window_ms, self.s.grace_ms
             )
-            off = committed.get(key, OFFSET_BEGINNING)
             # Its EOF was of the position given up: at its end again at the next EOF (librdkafka reports
             # one after a seek, however far back); until then the wall clock closes none of its windows.
             self._at_end.pop(key, None)
-            self._consumer.seek(TopicPartition(key[0], key[1], off if off >= 0 else OFFSET_BEGINNING))
+            # From where its state ends (an open transaction can hide a newer state than the committed
+            # offsets': AuditConsumer._on_assign), else from the committed offset.
+            self._consumer.seek(self._state_position(key, committed.get(key, OFFSET_BEGINNING)))
