@@ -289,7 +289,12 @@ def _suggest(
         "message_size_bytes": float(r["_M"]),
         "tcp_timeout_pct": float(r["_R"]),
         "arrival_rate_msgs_per_s": float(lam) if pd.notna(lam) else None,
-        "measured_throughput_msgs_per_s": float(t_measured) if pd.notna(t_measured) else None,
+        # A window that delivered nothing (R_l = 1) measured T = 0: a capacity of 0 scales no
+        # configuration's, so the suggestion uses the model's own (it used to fail, and the windows that
+        # lost everything, those that most need a suggestion, got none).
+        "measured_throughput_msgs_per_s": (
+            float(t_measured) if pd.notna(t_measured) and t_measured > 0 else None
+        ),
     }
     s = suggest(config, network, target, weights, model)
     if s is None:

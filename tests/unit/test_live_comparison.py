@@ -488,3 +488,13 @@ def test_the_suggestion_is_carried_as_structure_matching_the_model(model):
     assert row["suggested_p_loss"] == pytest.approx(direct.predicted_after.p_loss)
     assert row["suggestion_meets_target"] == direct.meets_target
     assert suggested_changes(_row()) == {}  # no suggestion: no change
+
+
+def test_a_window_that_delivered_nothing_still_gets_a_suggestion(model):
+    """R_l = 1 measures a throughput of 0 messages/s, which scales no configuration's: the suggestion takes
+    the model's own instead of failing (the alert end-to-end test's windows of total loss logged
+    "suggest: ConfigError: measured_throughput_msgs_per_s=0.0" and carried no suggestion)."""
+    out = add_predictions(pd.DataFrame([_row(unique=0, loss_rate=1.0)]), CONFIG, lambda: model)
+    row = out.iloc[0].to_dict()
+    assert not row.get("predict_error"), row.get("predict_error")
+    assert row["suggestion"] and suggested_changes(row)
