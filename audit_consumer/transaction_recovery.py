@@ -310,9 +310,8 @@ class TransactionRecovery:
         assigned = self._consumer.assignment()
         keys = [(p.topic, p.partition) for p in assigned]
         loaded = self._load_states(keys)
-        if self.s.external_offsets:
-            committed = {k: st.next_offset for k, st in loaded.items()}
-        else:
+        committed: dict[tuple[str, int], int] = {}
+        if not self.s.external_offsets:  # else the states are the only positions (_state_position)
             try:
                 offsets = committed_offsets(self._consumer, assigned)
             except AuditConsumerError as exc:

@@ -21,8 +21,9 @@
  * with an empty list, or with a list holding only an upstream `~a` (replaced by this instance's); a list with
  * any other header is never taken. The value is written in place through the pointer
  * rd_kafka_header_get_all() returns (the list's one header, its name checked here: no strcmp call): a header
- * is one allocation whose value follows its name (rdkafka_header.h), its serialized size depends only on the name's and the value's lengths (the message
- * set writer asserts it), and nothing caches a message's header size.
+ * is one allocation whose value follows its name (rdkafka_header.h), its serialized size depends only on the
+ * name's and the value's lengths (the message set writer asserts it), and nothing caches a message's header
+ * size.
  *
  * Reading the list in on_acknowledgement (its count and its `~a` header) costs the broker thread the loads
  * that finding the window by key saves (acknowledgements.c); the whole is cheaper, measured against the build
